@@ -1,0 +1,52 @@
+#pragma once
+
+// The collective algorithms, written once over the Links interface. Buffers
+// are contiguous and hold elements of one dtype; a Partition says where each
+// rank's block lives. Failures surface as OpFailure from Links::wait.
+
+#include <cstddef>
+#include <vector>
+
+#include "algorithms/links.h"
+#include "common/dtype.h"
+
+namespace monarch {
+
+struct AlgorithmConfig {
+  // Messages up to this size take the latency-bound algorithms.
+  size_t smallMessageBytes = 64 * 1024;
+  // Large messages move in chunks of this size so that sending, receiving
+  // and reducing overlap.
+  size_t chunkBytes = 512 * 1024;
+};
+
+// Block i of a buffer: `counts[i]` elements starting at element `offsets[i]`.
+struct Partition {
+  std::vector<size_t> offsets;
+  std::vector<size_t> counts;
+
+  static Partition even(size_t count, int parts);
+  static Partition fromCounts(const std::vector<size_t>& counts);
+  size_t maxCount() const;
+};
+
+void allreduce(Links& links, void* data, size_t count, DataType type, ReduceKind kind, const AlgorithmConfig& config);
+void broadcast(Links& links, void* data, size_t bytes, int root, const AlgorithmConfig& config);
+// The result lands in `data` on `root`; other ranks' `data` is scratch.
+void reduce(Links& links, void* data, size_t count, DataType type, ReduceKind kind, int root, const AlgorithmConfig& config);
+// `data` holds every rank's block as laid out by `blocks`; on return this
+// rank's block holds the reduction of that block over all ranks. Other
+// blocks are scratch.
+void reduceScatter(Links& links, void* data, const Partition& blocks, DataType type, ReduceKind kind, const AlgorithmConfig& config);
+// `data` holds this rank's block; on return it holds every rank's block.
+void allgather(Links& links, void* data, const Partition& blocks, size_t elementBytes, const AlgorithmConfig& config);
+// Root receives every rank's `bytes` into `out` (rank order); `in` is this
+// rank's contribution.
+void gather(Links& links, const void* in, void* out, size_t bytes, int root);
+void scatter(Links& links, const void* in, void* out, size_t bytes, int root);
+// Sends the byte range `sendBlocks[p]` of `in` to rank p and receives rank
+// p's into `recvBlocks[p]` of `out`.
+void alltoall(Links& links, const void* in, const Partition& sendBlocks, void* out, const Partition& recvBlocks);
+void barrier(Links& links);
+
+} // namespace monarch

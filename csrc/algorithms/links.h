@@ -1,0 +1,25 @@
+#pragma once
+
+#include <cstddef>
+
+namespace monarch {
+
+// The only thing the algorithms know about the transport: post a send or a
+// receive of a buffer region to one peer within the current op, and wait for
+// it. Transfers between a pair are matched in the order they are posted.
+// Waiting throws OpFailure when the op cannot finish.
+class Links {
+ public:
+  using Handle = size_t;
+
+  virtual ~Links() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual Handle send(int peer, const void* data, size_t bytes) = 0;
+  virtual Handle recv(int peer, void* data, size_t bytes) = 0;
+  virtual void wait(Handle handle) = 0;
+  // Waits for every transfer posted in the current op.
+  virtual void waitAll() = 0;
+};
+
+} // namespace monarch

@@ -1,0 +1,80 @@
+// Collectives where each pair exchanges its own data: gather, scatter,
+// alltoall. Every transfer is posted at once and the links run them in
+// parallel; barrier is a dissemination of empty messages.
+
+#include <cstring>
+
+#include "algorithms/chunks.h"
+#include "algorithms/collectives.h"
+
+namespace monarch {
+
+void gather(Links& links, const void* in, void* out, size_t bytes, int root) {
+  const int n = links.size();
+  const int r = links.rank();
+  if (r != root) {
+    links.wait(links.send(root, in, bytes));
+    return;
+  }
+  auto* dest = static_cast<char*>(out);
+  for (int peer = 0; peer < n; ++peer) {
+    if (peer != r) {
+      links.recv(peer, dest + peer * bytes, bytes);
+    }
+  }
+  if (dest + r * bytes != in) {
+    std::memcpy(dest + r * bytes, in, bytes);
+  }
+  links.waitAll();
+}
+
+void scatter(Links& links, const void* in, void* out, size_t bytes, int root) {
+  const int n = links.size();
+  const int r = links.rank();
+  if (r != root) {
+    links.wait(links.recv(root, out, bytes));
+    return;
+  }
+  const auto* src = static_cast<const char*>(in);
+  for (int peer = 0; peer < n; ++peer) {
+    if (peer != r) {
+      links.send(peer, src + peer * bytes, bytes);
+    }
+  }
+  if (src + r * bytes != out) {
+    std::memcpy(out, src + r * bytes, bytes);
+  }
+  links.waitAll();
+}
+
+void alltoall(Links& links, const void* in, const Partition& sendBlocks, void* out, const Partition& recvBlocks) {
+  const int n = links.size();
+  const int r = links.rank();
+  const auto* src = static_cast<const char*>(in);
+  auto* dest = static_cast<char*>(out);
+  // Rotate the peer order so that not every rank sends to rank 0 first.
+  for (int i = 1; i < n; ++i) {
+    int from = wrapRank(r - i, n);
+    links.recv(from, dest + recvBlocks.offsets[from], recvBlocks.counts[from]);
+  }
+  for (int i = 1; i < n; ++i) {
+    int to = wrapRank(r + i, n);
+    links.send(to, src + sendBlocks.offsets[to], sendBlocks.counts[to]);
+  }
+  if (recvBlocks.counts[r] > 0) {
+    std::memcpy(dest + recvBlocks.offsets[r], src + sendBlocks.offsets[r], recvBlocks.counts[r]);
+  }
+  links.waitAll();
+}
+
+void barrier(Links& links) {
+  const int n = links.size();
+  const int r = links.rank();
+  for (int distance = 1; distance < n; distance <<= 1) {
+    auto sent = links.send(wrapRank(r + distance, n), nullptr, 0);
+    links.wait(links.recv(wrapRank(r - distance, n), nullptr, 0));
+    links.wait(sent);
+  }
+}
+
+} // namespace monarch

@@ -1,0 +1,84 @@
+// Ring reduce-scatter and allgather, pipelined in chunks: a chunk is passed
+// on to the right neighbour as soon as it has been received (and reduced),
+// so sending, receiving and reducing overlap.
+
+#include <vector>
+
+#include "algorithms/chunks.h"
+#include "algorithms/collectives.h"
+#include "algorithms/reduce_kernels.h"
+
+namespace monarch {
+
+void reduceScatter(Links& links, void* data, const Partition& blocks, DataType type, ReduceKind kind, const AlgorithmConfig& config) {
+  const int n = links.size();
+  const int r = links.rank();
+  if (n == 1) {
+    return;
+  }
+  const size_t elem = elementSize(type);
+  const size_t chunk = chunkElements(config.chunkBytes, elem);
+  auto* bytes = static_cast<char*>(data);
+  const int right = wrapRank(r + 1, n);
+  const int left = wrapRank(r - 1, n);
+  // Step s sends block r-s-1 and receives block r-s-2; the last step
+  // receives block r, which is then complete.
+  auto blockAt = [&](int step) { return wrapRank(r - step - 1, n); };
+  std::vector<char> scratch(blocks.maxCount() * elem);
+
+  int first = blockAt(0);
+  forEachChunk(blocks.offsets[first], blocks.counts[first], chunk, [&](size_t off, size_t cnt) {
+    links.send(right, bytes + off * elem, cnt * elem);
+  });
+  for (int step = 0; step < n - 1; ++step) {
+    int incoming = blockAt(step + 1);
+    size_t base = blocks.offsets[incoming];
+    std::vector<Links::Handle> recvs;
+    forEachChunk(base, blocks.counts[incoming], chunk, [&](size_t off, size_t cnt) {
+      recvs.push_back(links.recv(left, scratch.data() + (off - base) * elem, cnt * elem));
+    });
+    size_t index = 0;
+    forEachChunk(base, blocks.counts[incoming], chunk, [&](size_t off, size_t cnt) {
+      links.wait(recvs[index++]);
+      reduceInto(bytes + off * elem, scratch.data() + (off - base) * elem, cnt, type, kind);
+      if (step + 1 < n - 1) {
+        links.send(right, bytes + off * elem, cnt * elem);
+      }
+    });
+  }
+  links.waitAll();
+}
+
+void allgather(Links& links, void* data, const Partition& blocks, size_t elementBytes, const AlgorithmConfig& config) {
+  const int n = links.size();
+  const int r = links.rank();
+  if (n == 1) {
+    return;
+  }
+  const size_t elem = elementBytes;
+  const size_t chunk = chunkElements(config.chunkBytes, elem);
+  auto* bytes = static_cast<char*>(data);
+  const int right = wrapRank(r + 1, n);
+  const int left = wrapRank(r - 1, n);
+  forEachChunk(blocks.offsets[r], blocks.counts[r], chunk, [&](size_t off, size_t cnt) {
+    links.send(right, bytes + off * elem, cnt * elem);
+  });
+  // Step s receives block r-s-1 and forwards it at step s+1.
+  for (int step = 0; step < n - 1; ++step) {
+    int incoming = wrapRank(r - step - 1, n);
+    std::vector<Links::Handle> recvs;
+    forEachChunk(blocks.offsets[incoming], blocks.counts[incoming], chunk, [&](size_t off, size_t cnt) {
+      recvs.push_back(links.recv(left, bytes + off * elem, cnt * elem));
+    });
+    size_t index = 0;
+    forEachChunk(blocks.offsets[incoming], blocks.counts[incoming], chunk, [&](size_t off, size_t cnt) {
+      links.wait(recvs[index++]);
+      if (step + 1 < n - 1) {
+        links.send(right, bytes + off * elem, cnt * elem);
+      }
+    });
+  }
+  links.waitAll();
+}
+
+} // namespace monarch

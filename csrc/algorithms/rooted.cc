@@ -1,0 +1,115 @@
+// Rooted collectives: broadcast and reduce. Small messages walk a binomial
+// tree (log2(n) hops); large ones are pipelined in chunks, down a chain for
+// broadcast, and through a ring reduce-scatter plus a gather for reduce.
+
+#include <cstring>
+#include <vector>
+
+#include "algorithms/chunks.h"
+#include "algorithms/collectives.h"
+#include "algorithms/reduce_kernels.h"
+
+namespace monarch {
+
+namespace {
+
+void binomialBroadcast(Links& links, char* data, size_t bytes, int root) {
+  const int n = links.size();
+  const int relative = wrapRank(links.rank() - root, n);
+  int mask = 1;
+  while (mask < n) {
+    if (relative & mask) {
+      links.wait(links.recv(wrapRank(relative - mask + root, n), data, bytes));
+      break;
+    }
+    mask <<= 1;
+  }
+  for (mask >>= 1; mask > 0; mask >>= 1) {
+    if (relative + mask < n) {
+      links.send(wrapRank(relative + mask + root, n), data, bytes);
+    }
+  }
+  links.waitAll();
+}
+
+void chainBroadcast(Links& links, char* data, size_t bytes, int root, size_t chunkBytes) {
+  const int n = links.size();
+  const int relative = wrapRank(links.rank() - root, n);
+  const int previous = wrapRank(links.rank() - 1, n);
+  const int next = wrapRank(links.rank() + 1, n);
+  const bool forwards = relative + 1 < n;
+  if (relative == 0) {
+    forEachChunk(0, bytes, chunkBytes, [&](size_t off, size_t cnt) { links.send(next, data + off, cnt); });
+  } else {
+    std::vector<Links::Handle> recvs;
+    forEachChunk(0, bytes, chunkBytes, [&](size_t off, size_t cnt) {
+      recvs.push_back(links.recv(previous, data + off, cnt));
+    });
+    size_t index = 0;
+    forEachChunk(0, bytes, chunkBytes, [&](size_t off, size_t cnt) {
+      links.wait(recvs[index++]);
+      if (forwards) {
+        links.send(next, data + off, cnt);
+      }
+    });
+  }
+  links.waitAll();
+}
+
+void binomialReduce(Links& links, char* data, size_t count, DataType type, ReduceKind kind, int root) {
+  const int n = links.size();
+  const int relative = wrapRank(links.rank() - root, n);
+  const size_t bytes = count * elementSize(type);
+  std::vector<char> scratch(bytes);
+  for (int mask = 1; mask < n; mask <<= 1) {
+    if (relative & mask) {
+      links.wait(links.send(wrapRank(relative - mask + root, n), data, bytes));
+      return;
+    }
+    if (relative + mask < n) {
+      links.wait(links.recv(wrapRank(relative + mask + root, n), scratch.data(), bytes));
+      reduceInto(data, scratch.data(), count, type, kind);
+    }
+  }
+}
+
+} // namespace
+
+void broadcast(Links& links, void* data, size_t bytes, int root, const AlgorithmConfig& config) {
+  if (links.size() == 1 || bytes == 0) {
+    return;
+  }
+  if (bytes <= config.smallMessageBytes) {
+    binomialBroadcast(links, static_cast<char*>(data), bytes, root);
+  } else {
+    chainBroadcast(links, static_cast<char*>(data), bytes, root, config.chunkBytes);
+  }
+}
+
+void reduce(Links& links, void* data, size_t count, DataType type, ReduceKind kind, int root, const AlgorithmConfig& config) {
+  const int n = links.size();
+  if (n == 1 || count == 0) {
+    return;
+  }
+  auto* bytes = static_cast<char*>(data);
+  if (count * elementSize(type) <= config.smallMessageBytes || count < static_cast<size_t>(n)) {
+    binomialReduce(links, bytes, count, type, kind, root);
+    return;
+  }
+  Partition blocks = Partition::even(count, n);
+  reduceScatter(links, bytes, blocks, type, kind, config);
+  const size_t elem = elementSize(type);
+  const int r = links.rank();
+  if (r != root) {
+    links.wait(links.send(root, bytes + blocks.offsets[r] * elem, blocks.counts[r] * elem));
+    return;
+  }
+  for (int peer = 0; peer < n; ++peer) {
+    if (peer != root) {
+      links.recv(peer, bytes + blocks.offsets[peer] * elem, blocks.counts[peer] * elem);
+    }
+  }
+  links.waitAll();
+}
+
+} // namespace monarch

@@ -1,0 +1,481 @@
+// The collectives of the c10d::Backend interface on CPU tensors: check the
+// arguments on the caller's thread, stage the data into contiguous buffers,
+// and enqueue the algorithm for the worker thread.
+
+#include "backend/monarch_backend.h"
+#include "backend/tensor_args.h"
+
+namespace monarch {
+
+namespace {
+
+// Copies `buffer` back into `tensor` when staging made a separate copy.
+void copyBackIfStaged(at::Tensor& tensor, const at::Tensor& buffer) {
+  if (!buffer.is_same(tensor)) {
+    tensor.copy_(buffer.view(tensor.sizes()));
+  }
+}
+
+OpSignature signatureFor(OpCode op, DataType type, uint64_t count, int64_t root = -1, uint8_t reduceOp = kNoReduceOp) {
+  OpSignature signature;
+  signature.op = op;
+  signature.dtype = type;
+  signature.count = count;
+  signature.root = static_cast<int32_t>(root);
+  signature.reduceOp = reduceOp;
+  return signature;
+}
+
+// Sizes along dim 0 for alltoall_base: the user's split sizes, or an even
+// split when none are given.
+std::vector<size_t> rowSplits(const at::Tensor& tensor, const std::vector<int64_t>& splits, int size, const char* which) {
+  int64_t rows = tensor.dim() == 0 ? 1 : tensor.size(0);
+  std::vector<size_t> out;
+  if (splits.empty()) {
+    TORCH_CHECK_VALUE(
+        rows % size == 0, "alltoall_base: ", which, " has ", rows, " rows, not divisible by the group size ", size);
+    out.assign(size, static_cast<size_t>(rows / size));
+    return out;
+  }
+  TORCH_CHECK_VALUE(
+      static_cast<int>(splits.size()) == size, "alltoall_base: ", which, " split sizes have ", splits.size(),
+      " entries, expected one per rank (", size, ")");
+  int64_t total = 0;
+  for (int64_t split : splits) {
+    TORCH_CHECK_VALUE(split >= 0, "alltoall_base: negative ", which, " split size ", split);
+    total += split;
+    out.push_back(static_cast<size_t>(split));
+  }
+  TORCH_CHECK_VALUE(
+      total == rows, "alltoall_base: ", which, " split sizes add up to ", total, " but the tensor has ", rows, " rows");
+  return out;
+}
+
+Partition scaled(const std::vector<size_t>& counts, size_t unit) {
+  std::vector<size_t> bytes;
+  for (size_t count : counts) {
+    bytes.push_back(count * unit);
+  }
+  return Partition::fromCounts(bytes);
+}
+
+std::vector<size_t> numels(const std::vector<at::Tensor>& tensors) {
+  std::vector<size_t> counts;
+  for (const auto& tensor : tensors) {
+    counts.push_back(static_cast<size_t>(tensor.numel()));
+  }
+  return counts;
+}
+
+// All tensors share the first one's dtype and live on the CPU.
+void checkUniform(const std::vector<at::Tensor>& tensors, const char* op, const char* what) {
+  TORCH_CHECK_VALUE(!tensors.empty(), op, ": ", what, " is empty");
+  for (const auto& tensor : tensors) {
+    checkCpuTensor(tensor, op);
+    TORCH_CHECK_TYPE(
+        tensor.scalar_type() == tensors[0].scalar_type(), op, ": ", what, " mixes dtypes ", tensors[0].scalar_type(),
+        " and ", tensor.scalar_type());
+  }
+}
+
+} // namespace
+
+c10::intrusive_ptr<c10d::Work> MonarchBackend::broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
+  at::Tensor tensor = singleTensor(tensors, "broadcast");
+  checkRoot(opts.rootRank, size_, "broadcast");
+  TORCH_CHECK_VALUE(opts.rootTensor == 0, "broadcast: invalid root tensor ", opts.rootTensor);
+  at::Tensor buffer = tensor.contiguous();
+  auto config = options_.algorithms;
+  int root = static_cast<int>(opts.rootRank);
+  return enqueue(
+      c10d::OpType::BROADCAST, signatureFor(OpCode::kBroadcast, wireType(tensor), wireCount(tensor), root), {tensor},
+      {tensor, buffer}, opts.timeout, [=](GroupLinks& links) mutable {
+        ::monarch::broadcast(links, buffer.data_ptr(), buffer.nbytes(), root, config);
+        copyBackIfStaged(tensor, buffer);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> MonarchBackend::allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
+  at::Tensor tensor = singleTensor(tensors, "allreduce");
+  TORCH_CHECK_VALUE(!opts.sparseIndices.has_value(), "allreduce: sparse tensors are not supported");
+  DataType type = reducibleType(tensor, "allreduce");
+  ReductionPlan plan = planReduction(opts.reduceOp, type, "allreduce");
+  at::Tensor buffer = tensor.contiguous();
+  auto config = options_.algorithms;
+  int n = size_;
+  return enqueue(
+      c10d::OpType::ALLREDUCE, signatureFor(OpCode::kAllreduce, type, tensor.numel(), -1, plan.wireOp), {tensor},
+      {tensor, buffer}, opts.timeout, [=](GroupLinks& links) mutable {
+        plan.before(buffer);
+        ::monarch::allreduce(links, buffer.data_ptr(), buffer.numel(), type, plan.kind, config);
+        plan.after(buffer, n);
+        copyBackIfStaged(tensor, buffer);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> MonarchBackend::allreduce_coalesced(
+    std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
+  checkUniform(tensors, "allreduce_coalesced", "the tensor list");
+  DataType type = reducibleType(tensors[0], "allreduce_coalesced");
+  ReductionPlan plan = planReduction(opts.reduceOp, type, "allreduce_coalesced");
+  at::Tensor flat = flattenAll(tensors);
+  auto config = options_.algorithms;
+  int n = size_;
+  std::vector<at::Tensor> keep = tensors;
+  keep.push_back(flat);
+  return enqueue(
+      c10d::OpType::ALLREDUCE_COALESCED, signatureFor(OpCode::kAllreduce, type, flat.numel(), -1, plan.wireOp), tensors,
+      keep, opts.timeout, [=, outputs = tensors](GroupLinks& links) mutable {
+        plan.before(flat);
+        ::monarch::allreduce(links, flat.data_ptr(), flat.numel(), type, plan.kind, config);
+        plan.after(flat, n);
+        unflattenInto(flat, outputs);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> MonarchBackend::reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
+  at::Tensor tensor = singleTensor(tensors, "reduce");
+  checkRoot(opts.rootRank, size_, "reduce");
+  DataType type = reducibleType(tensor, "reduce");
+  ReductionPlan plan = planReduction(opts.reduceOp, type, "reduce");
+  int root = static_cast<int>(opts.rootRank);
+  // Only the root's tensor receives the result; other ranks reduce a copy.
+  at::Tensor buffer = rank_ == root ? tensor.contiguous() : tensor.clone(at::MemoryFormat::Contiguous);
+  auto config = options_.algorithms;
+  int n = size_;
+  bool isRoot = rank_ == root;
+  return enqueue(
+      c10d::OpType::REDUCE, signatureFor(OpCode::kReduce, type, tensor.numel(), root, plan.wireOp), {tensor},
+      {tensor, buffer}, opts.timeout, [=](GroupLinks& links) mutable {
+        plan.before(buffer);
+        ::monarch::reduce(links, buffer.data_ptr(), buffer.numel(), type, plan.kind, root, config);
+        if (isRoot) {
+          plan.after(buffer, n);
+          copyBackIfStaged(tensor, buffer);
+        }
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> MonarchBackend::allgather(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
+  at::Tensor input = singleTensor(inputs, "allgather");
+  TORCH_CHECK_VALUE(outputs.size() == 1, "allgather: expected one output list, got ", outputs.size());
+  TORCH_CHECK_VALUE(
+      static_cast<int>(outputs[0].size()) == size_, "allgather: the output list has ", outputs[0].size(),
+      " tensors, expected one per rank (", size_, ")");
+  for (const auto& output : outputs[0]) {
+    checkSameLayout(input, output, "allgather", "an output tensor");
+  }
+  at::Tensor flat = at::empty({size_ * input.numel()}, input.options());
+  size_t count = wireCount(input);
+  size_t elem = input.nbytes() / std::max<size_t>(1, count);
+  auto config = options_.algorithms;
+  int r = rank_, n = size_;
+  std::vector<at::Tensor> keep = outputs[0];
+  keep.push_back(input);
+  keep.push_back(flat);
+  return enqueue(
+      c10d::OpType::ALLGATHER, signatureFor(OpCode::kAllgather, wireType(input), count), outputs[0], keep,
+      opts.timeout, [=, outs = outputs[0]](GroupLinks& links) mutable {
+        flat.narrow(0, r * input.numel(), input.numel()).copy_(input.reshape({-1}));
+        ::monarch::allgather(links, flat.data_ptr(), Partition::fromCounts(std::vector<size_t>(n, count)), elem, config);
+        unflattenInto(flat, outs);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> MonarchBackend::_allgather_base(
+    at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
+  std::vector<at::Tensor> outputs{output};
+  std::vector<at::Tensor> inputs{input};
+  return allgather_into_tensor_coalesced(outputs, inputs, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> MonarchBackend::allgather_into_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
+  checkUniform(inputs, "all_gather_into_tensor", "the input list");
+  TORCH_CHECK_VALUE(
+      outputs.size() == inputs.size(), "all_gather_into_tensor: ", outputs.size(), " outputs for ", inputs.size(), " inputs");
+  std::vector<at::Tensor> buffers;
+  uint64_t total = 0;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    checkCpuTensor(outputs[i], "all_gather_into_tensor");
+    TORCH_CHECK_TYPE(
+        outputs[i].scalar_type() == inputs[i].scalar_type(), "all_gather_into_tensor: output dtype ",
+        outputs[i].scalar_type(), " differs from input dtype ", inputs[i].scalar_type());
+    TORCH_CHECK_VALUE(
+        outputs[i].numel() == size_ * inputs[i].numel(), "all_gather_into_tensor: output has ", outputs[i].numel(),
+        " elements, expected group size x input = ", size_ * inputs[i].numel());
+    buffers.push_back(outputs[i].contiguous());
+    total += wireCount(inputs[i]);
+  }
+  auto config = options_.algorithms;
+  int r = rank_, n = size_;
+  std::vector<at::Tensor> keep = outputs;
+  keep.insert(keep.end(), inputs.begin(), inputs.end());
+  keep.insert(keep.end(), buffers.begin(), buffers.end());
+  return enqueue(
+      c10d::OpType::_ALLGATHER_BASE, signatureFor(OpCode::kAllgather, wireType(inputs[0]), total), outputs, keep,
+      opts.timeout, [=, outs = outputs](GroupLinks& links) mutable {
+        for (size_t i = 0; i < inputs.size(); ++i) {
+          at::Tensor flat = buffers[i].view({-1});
+          int64_t numel = inputs[i].numel();
+          at::Tensor mine = flat.narrow(0, r * numel, numel);
+          if (mine.data_ptr() != inputs[i].data_ptr()) {
+            mine.copy_(inputs[i].reshape({-1}));
+          }
+          size_t count = wireCount(inputs[i]);
+          size_t elem = inputs[i].nbytes() / std::max<size_t>(1, count);
+          ::monarch::allgather(links, flat.data_ptr(), Partition::fromCounts(std::vector<size_t>(n, count)), elem, config);
+          copyBackIfStaged(outs[i], buffers[i]);
+        }
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> MonarchBackend::allgather_coalesced(
+    std::vector<std::vector<at::Tensor>>& outputLists, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
+  checkUniform(inputs, "allgather_coalesced", "the input list");
+  TORCH_CHECK_VALUE(
+      static_cast<int>(outputLists.size()) == size_, "allgather_coalesced: expected one output list per rank (", size_,
+      "), got ", outputLists.size());
+  for (const auto& list : outputLists) {
+    TORCH_CHECK_VALUE(
+        list.size() == inputs.size(), "allgather_coalesced: an output list has ", list.size(), " tensors, expected ",
+        inputs.size());
+    for (size_t i = 0; i < list.size(); ++i) {
+      checkSameLayout(inputs[i], list[i], "allgather_coalesced", "an output tensor");
+    }
+  }
+  at::Tensor mine = flattenAll(inputs);
+  int64_t perRank = mine.numel();
+  at::Tensor flat = at::empty({size_ * perRank}, mine.options());
+  size_t count = wireCount(mine);
+  size_t elem = mine.nbytes() / std::max<size_t>(1, count);
+  auto config = options_.algorithms;
+  int r = rank_, n = size_;
+  std::vector<at::Tensor> outputs;
+  for (const auto& list : outputLists) {
+    outputs.insert(outputs.end(), list.begin(), list.end());
+  }
+  std::vector<at::Tensor> keep = outputs;
+  keep.push_back(mine);
+  keep.push_back(flat);
+  return enqueue(
+      c10d::OpType::ALLGATHER_COALESCED, signatureFor(OpCode::kAllgather, wireType(mine), count), outputs, keep,
+      opts.timeout, [=, outs = outputs](GroupLinks& links) mutable {
+        flat.narrow(0, r * perRank, perRank).copy_(mine);
+        ::monarch::allgather(links, flat.data_ptr(), Partition::fromCounts(std::vector<size_t>(n, count)), elem, config);
+        unflattenInto(flat, outs);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> MonarchBackend::gather(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs, const c10d::GatherOptions& opts) {
+  at::Tensor input = singleTensor(inputs, "gather");
+  checkRoot(opts.rootRank, size_, "gather");
+  int root = static_cast<int>(opts.rootRank);
+  std::vector<at::Tensor> outs;
+  if (rank_ == root) {
+    TORCH_CHECK_VALUE(
+        outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_,
+        "gather: the root needs one output list with one tensor per rank (", size_, ")");
+    outs = outputs[0];
+    for (const auto& output : outs) {
+      checkSameLayout(input, output, "gather", "an output tensor");
+    }
+  } else {
+    TORCH_CHECK_VALUE(
+        outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
+        "gather: only the root rank may pass output tensors");
+  }
+  at::Tensor staged = input.contiguous();
+  at::Tensor flat = rank_ == root ? at::empty({size_ * input.numel()}, input.options()) : at::Tensor();
+  std::vector<at::Tensor> keep = outs;
+  keep.push_back(staged);
+  if (flat.defined()) {
+    keep.push_back(flat);
+  }
+  return enqueue(
+      c10d::OpType::GATHER, signatureFor(OpCode::kGather, wireType(input), wireCount(input), root), outs, keep,
+      opts.timeout, [=](GroupLinks& links) mutable {
+        ::monarch::gather(links, staged.data_ptr(), flat.defined() ? flat.data_ptr() : nullptr, staged.nbytes(), root);
+        if (flat.defined()) {
+          unflattenInto(flat, outs);
+        }
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> MonarchBackend::scatter(
+    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs, const c10d::ScatterOptions& opts) {
+  at::Tensor output = singleTensor(outputs, "scatter");
+  checkRoot(opts.rootRank, size_, "scatter");
+  int root = static_cast<int>(opts.rootRank);
+  at::Tensor flat;
+  if (rank_ == root) {
+    TORCH_CHECK_VALUE(
+        inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_,
+        "scatter: the root needs one input list with one tensor per rank (", size_, ")");
+    for (const auto& input : inputs[0]) {
+      checkSameLayout(output, input, "scatter", "an input tensor");
+    }
+    flat = flattenAll(inputs[0]);
+  } else {
+    TORCH_CHECK_VALUE(
+        inputs.empty() || (inputs.size() == 1 && inputs[0].empty()), "scatter: only the root rank may pass input tensors");
+  }
+  at::Tensor buffer = output.contiguous();
+  std::vector<at::Tensor> keep{output, buffer};
+  if (flat.defined()) {
+    keep.push_back(flat);
+  }
+  return enqueue(
+      c10d::OpType::SCATTER, signatureFor(OpCode::kScatter, wireType(output), wireCount(output), root), {output}, keep,
+      opts.timeout, [=](GroupLinks& links) mutable {
+        ::monarch::scatter(links, flat.defined() ? flat.data_ptr() : nullptr, buffer.data_ptr(), buffer.nbytes(), root);
+        copyBackIfStaged(output, buffer);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> MonarchBackend::reduce_scatter(
+    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs, const c10d::ReduceScatterOptions& opts) {
+  at::Tensor output = singleTensor(outputs, "reduce_scatter");
+  TORCH_CHECK_VALUE(
+      inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_,
+      "reduce_scatter: expected one input list with one tensor per rank (", size_, ")");
+  for (const auto& input : inputs[0]) {
+    checkSameLayout(output, input, "reduce_scatter", "an input tensor");
+  }
+  DataType type = reducibleType(output, "reduce_scatter");
+  ReductionPlan plan = planReduction(opts.reduceOp, type, "reduce_scatter");
+  at::Tensor flat = flattenAll(inputs[0]);
+  auto config = options_.algorithms;
+  int r = rank_, n = size_;
+  return enqueue(
+      c10d::OpType::REDUCE_SCATTER, signatureFor(OpCode::kReduceScatter, type, flat.numel(), -1, plan.wireOp), {output},
+      {output, flat}, opts.timeout, [=](GroupLinks& links) mutable {
+        plan.before(flat);
+        Partition blocks = Partition::even(flat.numel(), n);
+        ::monarch::reduceScatter(links, flat.data_ptr(), blocks, type, plan.kind, config);
+        at::Tensor mine = flat.narrow(0, blocks.offsets[r], blocks.counts[r]);
+        plan.after(mine, n);
+        output.copy_(mine.view(output.sizes()));
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> MonarchBackend::_reduce_scatter_base(
+    at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
+  std::vector<at::Tensor> outputs{output};
+  std::vector<at::Tensor> inputs{input};
+  return reduce_scatter_tensor_coalesced(outputs, inputs, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> MonarchBackend::reduce_scatter_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
+  checkUniform(inputs, "reduce_scatter_tensor", "the input list");
+  TORCH_CHECK_VALUE(
+      outputs.size() == inputs.size(), "reduce_scatter_tensor: ", outputs.size(), " outputs for ", inputs.size(), " inputs");
+  DataType type = reducibleType(inputs[0], "reduce_scatter_tensor");
+  ReductionPlan plan = planReduction(opts.reduceOp, type, "reduce_scatter_tensor");
+  std::vector<at::Tensor> scratch;
+  uint64_t total = 0;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    checkCpuTensor(outputs[i], "reduce_scatter_tensor");
+    TORCH_CHECK_TYPE(
+        outputs[i].scalar_type() == inputs[i].scalar_type(), "reduce_scatter_tensor: output dtype ",
+        outputs[i].scalar_type(), " differs from input dtype ", inputs[i].scalar_type());
+    TORCH_CHECK_VALUE(
+        inputs[i].numel() == size_ * outputs[i].numel(), "reduce_scatter_tensor: input has ", inputs[i].numel(),
+        " elements, expected group size x output = ", size_ * outputs[i].numel());
+    // The reduction runs in place, so it works on a copy of the input.
+    scratch.push_back(inputs[i].reshape({-1}).clone());
+    total += inputs[i].numel();
+  }
+  auto config = options_.algorithms;
+  int r = rank_, n = size_;
+  std::vector<at::Tensor> keep = outputs;
+  keep.insert(keep.end(), scratch.begin(), scratch.end());
+  return enqueue(
+      c10d::OpType::_REDUCE_SCATTER_BASE, signatureFor(OpCode::kReduceScatter, type, total, -1, plan.wireOp), outputs, keep,
+      opts.timeout, [=, outs = outputs](GroupLinks& links) mutable {
+        for (size_t i = 0; i < scratch.size(); ++i) {
+          at::Tensor flat = scratch[i];
+          plan.before(flat);
+          size_t per = static_cast<size_t>(outs[i].numel());
+          Partition blocks = Partition::fromCounts(std::vector<size_t>(n, per));
+          ::monarch::reduceScatter(links, flat.data_ptr(), blocks, type, plan.kind, config);
+          at::Tensor mine = flat.narrow(0, r * per, per);
+          plan.after(mine, n);
+          outs[i].copy_(mine.view(outs[i].sizes()));
+        }
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> MonarchBackend::alltoall_base(
+    at::Tensor& output, at::Tensor& input, std::vector<int64_t>& outputSplitSizes,
+    std::vector<int64_t>& inputSplitSizes, const c10d::AllToAllOptions& opts) {
+  checkCpuTensor(input, "alltoall_base");
+  checkCpuTensor(output, "alltoall_base");
+  TORCH_CHECK_TYPE(
+      input.scalar_type() == output.scalar_type(), "alltoall_base: input dtype ", input.scalar_type(),
+      " differs from output dtype ", output.scalar_type());
+  auto sendRows = rowSplits(input, inputSplitSizes, size_, "input");
+  auto recvRows = rowSplits(output, outputSplitSizes, size_, "output");
+  int64_t inRows = input.dim() == 0 ? 1 : input.size(0);
+  int64_t outRows = output.dim() == 0 ? 1 : output.size(0);
+  size_t inRowBytes = inRows == 0 ? 0 : input.nbytes() / inRows;
+  size_t outRowBytes = outRows == 0 ? 0 : output.nbytes() / outRows;
+  TORCH_CHECK_VALUE(
+      inRows == 0 || outRows == 0 || inRowBytes == outRowBytes,
+      "alltoall_base: input and output rows differ in size (", inRowBytes, " vs ", outRowBytes, " bytes)");
+  size_t rowBytes = std::max(inRowBytes, outRowBytes);
+  at::Tensor in = input.contiguous();
+  at::Tensor out = output.contiguous();
+  Partition sendBlocks = scaled(sendRows, rowBytes);
+  Partition recvBlocks = scaled(recvRows, rowBytes);
+  uint64_t rowElements = rowBytes / std::max<size_t>(1, input.element_size());
+  return enqueue(
+      c10d::OpType::ALLTOALL_BASE, signatureFor(OpCode::kAlltoall, wireType(input), rowElements), {output},
+      {output, in, out}, opts.timeout, [=](GroupLinks& links) mutable {
+        ::monarch::alltoall(links, in.data_ptr(), sendBlocks, out.data_ptr(), recvBlocks);
+        copyBackIfStaged(output, out);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> MonarchBackend::alltoall(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllToAllOptions& opts) {
+  checkUniform(inputs, "alltoall", "the input list");
+  checkUniform(outputs, "alltoall", "the output list");
+  TORCH_CHECK_VALUE(
+      static_cast<int>(inputs.size()) == size_ && static_cast<int>(outputs.size()) == size_,
+      "alltoall: expected one input and one output tensor per rank (", size_, "), got ", inputs.size(), " and ",
+      outputs.size());
+  TORCH_CHECK_TYPE(
+      inputs[0].scalar_type() == outputs[0].scalar_type(), "alltoall: input dtype ", inputs[0].scalar_type(),
+      " differs from output dtype ", outputs[0].scalar_type());
+  at::Tensor in = flattenAll(inputs);
+  auto recvCounts = numels(outputs);
+  size_t totalOut = 0;
+  for (size_t count : recvCounts) {
+    totalOut += count;
+  }
+  at::Tensor out = at::empty({static_cast<int64_t>(totalOut)}, outputs[0].options());
+  size_t elem = in.element_size();
+  Partition sendBlocks = scaled(numels(inputs), elem);
+  Partition recvBlocks = scaled(recvCounts, elem);
+  std::vector<at::Tensor> keep = outputs;
+  keep.push_back(in);
+  keep.push_back(out);
+  return enqueue(
+      c10d::OpType::ALLTOALL, signatureFor(OpCode::kAlltoall, wireType(inputs[0]), 0), outputs, keep, opts.timeout,
+      [=, outs = outputs](GroupLinks& links) mutable {
+        ::monarch::alltoall(links, in.data_ptr(), sendBlocks, out.data_ptr(), recvBlocks);
+        unflattenInto(out, outs);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> MonarchBackend::barrier(const c10d::BarrierOptions& opts) {
+  return enqueue(
+      c10d::OpType::BARRIER, signatureFor(OpCode::kBarrier, DataType::kUInt8, 0), {}, {}, opts.timeout,
+      [](GroupLinks& links) { ::monarch::barrier(links); });
+}
+
+} // namespace monarch

@@ -1,0 +1,18 @@
+#pragma once
+
+#include <chrono>
+#include <string>
+
+#include "algorithms/collectives.h"
+
+namespace monarch {
+
+// Backend settings, filled from torch_monarch.Options (which applies the
+// MONARCH_* environment overrides) when a group is created.
+struct BackendOptions {
+  std::chrono::milliseconds timeout{std::chrono::minutes(30)};
+  std::string bindAddress; // empty: pick one (see defaultBindAddress)
+  AlgorithmConfig algorithms;
+};
+
+} // namespace monarch

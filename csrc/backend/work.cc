@@ -1,0 +1,66 @@
+#include "backend/work.h"
+
+#include "backend/errors.h"
+
+namespace monarch {
+
+MonarchWork::MonarchWork(
+    int rank,
+    c10d::OpType opType,
+    uint64_t seq,
+    std::vector<at::Tensor> outputs,
+    std::chrono::milliseconds waitBound)
+    : c10d::Work(rank, opType),
+      seq_(seq),
+      outputs_(std::move(outputs)),
+      waitBound_(waitBound),
+      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+
+bool MonarchWork::wait(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  auto bound = timeout == kNoTimeout ? waitBound_ : timeout;
+  if (!cv_.wait_for(lock, bound, [&] { return completed_; })) {
+    throw MonarchError(
+        ErrorKind::kTimeout, {},
+        "wait() timed out after " + std::to_string(bound.count()) + " ms on op with sequence number " +
+            std::to_string(seq_) + "; the op is still pending");
+  }
+  if (exception_) {
+    std::rethrow_exception(exception_);
+  }
+  return true;
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> MonarchWork::getFuture() {
+  return future_;
+}
+
+std::vector<at::Tensor> MonarchWork::result() {
+  return outputs_;
+}
+
+int MonarchWork::sourceRank() const {
+  std::lock_guard<std::mutex> guard(mutex_);
+  return sourceRank_;
+}
+
+uint64_t MonarchWork::getSequencenumber() const {
+  return seq_;
+}
+
+void MonarchWork::markSuccess(int sourceRank) {
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    sourceRank_ = sourceRank;
+  }
+  finish();
+  future_->markCompleted(c10::IValue(outputs_));
+}
+
+void MonarchWork::markFailed(const Status& status) {
+  auto error = makeError(status);
+  finish(error);
+  future_->setError(error);
+}
+
+} // namespace monarch

@@ -1,0 +1,200 @@
+#include "transport/channel.h"
+
+#include <cstring>
+
+namespace monarch {
+
+void Channel::bindPeers(const std::vector<Connection*>& connectionByRank) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  for (size_t rank = 0; rank < connectionByRank.size(); ++rank) {
+    if (connectionByRank[rank] != nullptr) {
+      rankByConnection_[connectionByRank[rank]] = static_cast<int>(rank);
+    }
+  }
+}
+
+int Channel::rankOf(Connection* connection) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  auto it = rankByConnection_.find(connection);
+  return it == rankByConnection_.end() ? -1 : it->second;
+}
+
+Channel::Key Channel::keyOf(Connection* from, const FrameHeader& header) {
+  bool p2p = (header.flags & kFramePointToPoint) != 0;
+  return Key{from, p2p, header.seq, p2p ? 0u : header.step};
+}
+
+Channel::Key Channel::keyOf(Connection* from, const Transfer& transfer) {
+  return Key{from, transfer.pointToPoint, transfer.seq, transfer.pointToPoint ? 0u : transfer.step};
+}
+
+void Channel::fulfil(const TransferPtr& transfer, Connection* from, Unexpected& message) {
+  int rank = rankOf(from);
+  Status status = checkFrameMatches(
+      message.header, transfer->signature, transfer->bytes, rank, transfer->seq);
+  if (status.ok() && transfer->bytes > 0) {
+    std::memcpy(transfer->data, message.payload.data(), transfer->bytes);
+  }
+  transfer->complete(std::move(status), rank);
+}
+
+void Channel::postRecv(Connection* from, const TransferPtr& transfer) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!error_.ok()) {
+    Status status = error_;
+    lock.unlock();
+    transfer->complete(std::move(status), -1);
+    return;
+  }
+  if (from == nullptr) {
+    // Any source: take the oldest buffered frame with this tag from any peer.
+    for (auto it = unexpected_.begin(); it != unexpected_.end(); ++it) {
+      if (it->first.pointToPoint && it->first.seq == transfer->seq) {
+        Connection* source = it->first.from;
+        Unexpected message = std::move(it->second.front());
+        it->second.pop_front();
+        if (it->second.empty()) {
+          unexpected_.erase(it);
+        }
+        lock.unlock();
+        fulfil(transfer, source, message);
+        return;
+      }
+    }
+    postedAnySource_[transfer->seq].push_back(transfer);
+    return;
+  }
+  Key key = keyOf(from, *transfer);
+  auto it = unexpected_.find(key);
+  if (it != unexpected_.end()) {
+    Unexpected message = std::move(it->second.front());
+    it->second.pop_front();
+    if (it->second.empty()) {
+      unexpected_.erase(it);
+    }
+    lock.unlock();
+    fulfil(transfer, from, message);
+    return;
+  }
+  if (departed_.count(from) != 0) {
+    lock.unlock();
+    transfer->complete(departedStatus(transfer->peerRank), -1);
+    return;
+  }
+  posted_[key].push_back(transfer);
+}
+
+TransferPtr Channel::claimPosted(Connection* from, const FrameHeader& header) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  return claimPostedLocked(from, header);
+}
+
+TransferPtr Channel::claimPostedLocked(Connection* from, const FrameHeader& header) {
+  Key key = keyOf(from, header);
+  auto it = posted_.find(key);
+  if (it != posted_.end()) {
+    TransferPtr transfer = std::move(it->second.front());
+    it->second.pop_front();
+    if (it->second.empty()) {
+      posted_.erase(it);
+    }
+    return transfer;
+  }
+  if (key.pointToPoint) {
+    auto any = postedAnySource_.find(header.seq);
+    if (any != postedAnySource_.end()) {
+      TransferPtr transfer = std::move(any->second.front());
+      any->second.pop_front();
+      if (any->second.empty()) {
+        postedAnySource_.erase(any);
+      }
+      return transfer;
+    }
+  }
+  return nullptr;
+}
+
+void Channel::deliverUnexpected(Connection* from, const FrameHeader& header, std::vector<char> payload) {
+  Unexpected message{header, std::move(payload)};
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!error_.ok()) {
+    return; // the group is broken; nobody will receive this
+  }
+  // A receive may have been posted while the payload was in flight.
+  TransferPtr transfer = claimPostedLocked(from, header);
+  if (transfer) {
+    lock.unlock();
+    fulfil(transfer, from, message);
+    return;
+  }
+  unexpected_[keyOf(from, header)].push_back(std::move(message));
+}
+
+void Channel::fail(const Status& status) {
+  std::vector<TransferPtr> pending;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (error_.ok()) {
+      error_ = status;
+    }
+    for (auto& entry : posted_) {
+      pending.insert(pending.end(), entry.second.begin(), entry.second.end());
+    }
+    for (auto& entry : postedAnySource_) {
+      pending.insert(pending.end(), entry.second.begin(), entry.second.end());
+    }
+    posted_.clear();
+    postedAnySource_.clear();
+    unexpected_.clear();
+  }
+  for (auto& transfer : pending) {
+    transfer->complete(status, -1);
+  }
+}
+
+void Channel::peerFailed(Connection* connection, const std::string& reason) {
+  int rank = rankOf(connection);
+  if (rank < 0) {
+    return; // not a member of this group
+  }
+  fail(Status::error(
+      ErrorKind::kPeerFailure, {rank}, "lost rank " + std::to_string(rank) + ": " + reason));
+}
+
+Status Channel::departedStatus(int rank) {
+  return Status::error(
+      ErrorKind::kPeerFailure, {rank}, "rank " + std::to_string(rank) + " shut down its group and sends no more");
+}
+
+void Channel::peerDeparted(Connection* connection) {
+  int rank = rankOf(connection);
+  std::vector<TransferPtr> pending;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    departed_.insert(connection);
+    for (auto it = posted_.begin(); it != posted_.end();) {
+      if (it->first.from == connection) {
+        pending.insert(pending.end(), it->second.begin(), it->second.end());
+        it = posted_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& transfer : pending) {
+    transfer->complete(departedStatus(rank), -1);
+  }
+}
+
+bool Channel::errored(Status* status) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  if (error_.ok()) {
+    return false;
+  }
+  if (status != nullptr) {
+    *status = error_;
+  }
+  return true;
+}
+
+} // namespace monarch

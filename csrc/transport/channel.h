@@ -1,0 +1,89 @@
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <string>
+#include <set>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "transport/transfer.h"
+
+namespace monarch {
+
+class Connection;
+
+// The mailbox of one group on a shared set of connections: matches incoming
+// data frames to posted receives by (peer, sequence number, step) or, for
+// point-to-point, by (peer, tag) in order. Frames that arrive before their
+// receive is posted are kept until it is.
+class Channel {
+ public:
+  explicit Channel(uint64_t id) : id_(id) {}
+
+  uint64_t id() const {
+    return id_;
+  }
+
+  // Tells the channel which group rank each connection serves.
+  void bindPeers(const std::vector<Connection*>& connectionByRank);
+  int rankOf(Connection* connection);
+
+  // Worker side. `from` is null for a receive from any source.
+  void postRecv(Connection* from, const TransferPtr& transfer);
+
+  // I/O side, once a data frame header has been read. Returns the posted
+  // receive the frame completes (removed from the mailbox), or null when none
+  // is posted yet.
+  TransferPtr claimPosted(Connection* from, const FrameHeader& header);
+  // I/O side, once a frame that had no posted receive has been read whole.
+  void deliverUnexpected(Connection* from, const FrameHeader& header, std::vector<char> payload);
+
+  // The group is broken: completes every posted receive with `status`, and
+  // fails every later one at once.
+  void fail(const Status& status);
+  // A peer's connection broke.
+  void peerFailed(Connection* connection, const std::string& reason);
+  // A peer shut down in order: what it sent can still be received, but
+  // nothing more will come from it.
+  void peerDeparted(Connection* connection);
+  // True once the group is broken; fills `status` with why.
+  bool errored(Status* status);
+
+ private:
+  struct Key {
+    Connection* from;
+    bool pointToPoint;
+    uint64_t seq;
+    uint32_t step;
+    bool operator<(const Key& other) const {
+      return std::tie(from, pointToPoint, seq, step) <
+          std::tie(other.from, other.pointToPoint, other.seq, other.step);
+    }
+  };
+  struct Unexpected {
+    FrameHeader header;
+    std::vector<char> payload;
+  };
+
+  static Status departedStatus(int rank);
+  static Key keyOf(Connection* from, const FrameHeader& header);
+  TransferPtr claimPostedLocked(Connection* from, const FrameHeader& header);
+  static Key keyOf(Connection* from, const Transfer& transfer);
+  // Copies a buffered frame into a receive and completes it.
+  void fulfil(const TransferPtr& transfer, Connection* from, Unexpected& message);
+
+  const uint64_t id_;
+  std::mutex mutex_;
+  std::unordered_map<Connection*, int> rankByConnection_;
+  std::map<Key, std::deque<TransferPtr>> posted_;
+  std::map<uint64_t, std::deque<TransferPtr>> postedAnySource_; // by tag
+  std::map<Key, std::deque<Unexpected>> unexpected_;
+  Status error_;
+  std::set<Connection*> departed_;
+};
+
+} // namespace monarch

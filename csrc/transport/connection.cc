@@ -1,0 +1,306 @@
+#include "transport/connection.h"
+
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "common/logging.h"
+#include "transport/event_loop.h"
+
+namespace monarch {
+
+namespace {
+
+constexpr size_t kDiscardChunk = 64 * 1024;
+
+} // namespace
+
+Connection::Connection(Socket socket, PeerIdentity peer, ChannelRegistry* channels, EventLoop* loop)
+    : socket_(std::move(socket)), peer_(std::move(peer)), channels_(channels), loop_(loop) {
+  setNonBlocking(socket_.fd(), true);
+}
+
+Connection::~Connection() = default;
+
+void Connection::start() {
+  loop_->add(socket_.fd(), EPOLLIN, [self = this](uint32_t events) { self->onEvents(events); });
+}
+
+void Connection::postSend(const FrameHeader& header, const TransferPtr& transfer) {
+  enqueue(Outgoing{header, static_cast<const char*>(transfer->data), transfer->bytes, transfer, {}});
+}
+
+void Connection::sendControl(const FrameHeader& header, std::string payload) {
+  // enqueue() points `data` at the payload once it sits in the queue.
+  enqueue(Outgoing{header, nullptr, payload.size(), nullptr, std::move(payload)});
+}
+
+void Connection::enqueue(Outgoing outgoing) {
+  std::vector<TransferPtr> finished;
+  std::string error;
+  {
+    std::lock_guard<std::mutex> guard(sendMutex_);
+    if (!failed_) {
+      sendQueue_.push_back(std::move(outgoing));
+      // The ownedPayload buffer may have moved with the element.
+      Outgoing& queued = sendQueue_.back();
+      if (!queued.transfer) {
+        queued.data = queued.ownedPayload.data();
+      }
+      if (sendQueue_.size() == 1) {
+        finished = flushLocked(&error);
+      }
+    }
+  }
+  if (failed_ && outgoing.transfer) {
+    outgoing.transfer->complete(
+        Status::error(ErrorKind::kPeerFailure, {outgoing.transfer->peerRank},
+                      "link to rank " + std::to_string(outgoing.transfer->peerRank) + " is down"),
+        -1);
+  }
+  for (auto& transfer : finished) {
+    transfer->complete({}, transfer->peerRank);
+  }
+  if (!error.empty()) {
+    fail(error);
+  }
+}
+
+std::vector<TransferPtr> Connection::flushLocked(std::string* error) {
+  std::vector<TransferPtr> finished;
+  while (!sendQueue_.empty()) {
+    Outgoing& head = sendQueue_.front();
+    const size_t headerBytes = sizeof(FrameHeader);
+    iovec iov[2];
+    int count = 0;
+    if (head.sent < headerBytes) {
+      iov[count++] = {reinterpret_cast<char*>(&head.header) + head.sent, headerBytes - head.sent};
+      if (head.bytes > 0) {
+        iov[count++] = {const_cast<char*>(head.data), head.bytes};
+      }
+    } else {
+      size_t done = head.sent - headerBytes;
+      iov[count++] = {const_cast<char*>(head.data) + done, head.bytes - done};
+    }
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = count;
+    ssize_t n = ::sendmsg(socket_.fd(), &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        setWriteInterest(true);
+        return finished;
+      }
+      if (errno == EINTR) {
+        continue;
+      }
+      *error = std::string("send failed: ") + std::strerror(errno);
+      return finished;
+    }
+    head.sent += static_cast<size_t>(n);
+    if (head.sent == headerBytes + head.bytes) {
+      if (head.transfer) {
+        finished.push_back(std::move(head.transfer));
+      }
+      sendQueue_.pop_front();
+    }
+  }
+  setWriteInterest(false);
+  return finished;
+}
+
+void Connection::setWriteInterest(bool enabled) {
+  if (writeInterest_ != enabled) {
+    writeInterest_ = enabled;
+    loop_->modify(socket_.fd(), EPOLLIN | (enabled ? EPOLLOUT : 0));
+  }
+}
+
+void Connection::onEvents(uint32_t events) {
+  std::string error;
+  if (events & EPOLLOUT) {
+    std::vector<TransferPtr> finished;
+    {
+      std::lock_guard<std::mutex> guard(sendMutex_);
+      finished = flushLocked(&error);
+    }
+    for (auto& transfer : finished) {
+      transfer->complete({}, transfer->peerRank);
+    }
+  }
+  if (error.empty() && (events & (EPOLLIN | EPOLLHUP | EPOLLERR))) {
+    readAvailable(&error);
+  }
+  if (!error.empty() || failed_) {
+    // Runs on the loop thread: the frame being received can be failed too.
+    if (rxTarget_) {
+      rxTarget_->complete(
+          Status::error(ErrorKind::kPeerFailure, {rxTarget_->peerRank}, "link broke mid-frame: " + error), -1);
+      rxTarget_.reset();
+    }
+    loop_->remove(socket_.fd());
+    fail(error.empty() ? "link closed" : error);
+  }
+}
+
+bool Connection::readAvailable(std::string* error) {
+  char discard[kDiscardChunk];
+  while (true) {
+    char* dest;
+    size_t want;
+    if (rxState_ == RxState::kHeader) {
+      dest = reinterpret_cast<char*>(&rxHeader_) + rxHave_;
+      want = sizeof(FrameHeader) - rxHave_;
+    } else if (rxTarget_ && rxTargetStatus_.ok()) {
+      dest = static_cast<char*>(rxTarget_->data) + rxHave_;
+      want = rxHeader_.payloadBytes - rxHave_;
+    } else if (!rxBuffer_.empty()) {
+      dest = rxBuffer_.data() + rxHave_;
+      want = rxHeader_.payloadBytes - rxHave_;
+    } else {
+      dest = discard;
+      want = std::min<size_t>(kDiscardChunk, rxHeader_.payloadBytes - rxHave_);
+    }
+    ssize_t n = ::recv(socket_.fd(), dest, want, MSG_DONTWAIT);
+    if (n == 0) {
+      *error = "connection closed by peer";
+      return false;
+    }
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        return true;
+      }
+      if (errno == EINTR) {
+        continue;
+      }
+      *error = std::string("receive failed: ") + std::strerror(errno);
+      return false;
+    }
+    rxHave_ += static_cast<size_t>(n);
+    if (rxState_ == RxState::kHeader) {
+      if (rxHave_ == sizeof(FrameHeader) && !onHeaderComplete(error)) {
+        return false;
+      }
+    } else if (rxHave_ == rxHeader_.payloadBytes) {
+      onPayloadComplete();
+    }
+  }
+}
+
+bool Connection::onHeaderComplete(std::string* error) {
+  Status valid = validateHeader(rxHeader_);
+  if (!valid.ok()) {
+    MONARCH_LOG(kError) << "closing link to " << peer_.address << " (pid " << peer_.pid
+                        << "): " << valid.message;
+    *error = valid.message;
+    return false;
+  }
+  rxState_ = RxState::kPayload;
+  rxHave_ = 0;
+  auto kind = static_cast<FrameKind>(rxHeader_.kind);
+  if (kind == FrameKind::kGoodbye) {
+    peerSaidGoodbye_ = true;
+  }
+  bool perChannel = kind == FrameKind::kData || kind == FrameKind::kErrorNotice;
+  rxChannel_ = perChannel ? channels_->forIncoming(rxHeader_.channel) : nullptr;
+  rxTarget_.reset();
+  rxTargetStatus_ = Status();
+  if (kind == FrameKind::kData && rxChannel_) {
+    rxTarget_ = rxChannel_->claimPosted(this, rxHeader_);
+    if (rxTarget_) {
+      rxTargetStatus_ = checkFrameMatches(
+          rxHeader_, rxTarget_->signature, rxTarget_->bytes, rxChannel_->rankOf(this), rxTarget_->seq);
+      if (!rxTargetStatus_.ok()) {
+        // Never write a mismatched payload into the tensor: fail the op now
+        // and drop the bytes.
+        rxTarget_->complete(rxTargetStatus_, -1);
+        rxChannel_->fail(rxTargetStatus_);
+        rxTarget_.reset();
+        rxChannel_.reset();
+      }
+    }
+  }
+  bool keepPayload = rxChannel_ && !rxTarget_;
+  rxBuffer_.clear();
+  if (keepPayload && rxHeader_.payloadBytes > 0) {
+    rxBuffer_.resize(rxHeader_.payloadBytes);
+  }
+  if (rxHeader_.payloadBytes == 0) {
+    onPayloadComplete();
+  }
+  return true;
+}
+
+void Connection::onPayloadComplete() {
+  auto kind = static_cast<FrameKind>(rxHeader_.kind);
+  if (rxTarget_) {
+    rxTarget_->complete({}, rxChannel_->rankOf(this));
+  } else if (rxChannel_ && kind == FrameKind::kData) {
+    rxChannel_->deliverUnexpected(this, rxHeader_, std::move(rxBuffer_));
+  } else if (rxChannel_ && kind == FrameKind::kErrorNotice) {
+    Status notice = decodeNotice(std::string(rxBuffer_.begin(), rxBuffer_.end()));
+    int origin = rxChannel_->rankOf(this);
+    notice.message = "rank " + std::to_string(origin) + " reported: " + notice.message;
+    rxChannel_->fail(notice);
+  }
+  rxState_ = RxState::kHeader;
+  rxHave_ = 0;
+  rxTarget_.reset();
+  rxChannel_.reset();
+  rxBuffer_ = std::vector<char>();
+}
+
+void Connection::fail(const std::string& reason) {
+  if (failed_.exchange(true)) {
+    return;
+  }
+  const bool departed = peerSaidGoodbye_.load();
+  MONARCH_LOG(kInfo) << "link to " << peer_.address << " (pid " << peer_.pid << ") "
+                     << (departed ? "closed after goodbye" : "failed: " + reason);
+  // Wakes the loop thread, which fails the frame it is receiving.
+  ::shutdown(socket_.fd(), SHUT_RDWR);
+  std::deque<Outgoing> pending;
+  {
+    std::lock_guard<std::mutex> guard(sendMutex_);
+    pending.swap(sendQueue_);
+  }
+  for (auto& outgoing : pending) {
+    if (outgoing.transfer) {
+      int rank = outgoing.transfer->peerRank;
+      outgoing.transfer->complete(
+          Status::error(ErrorKind::kPeerFailure, {rank}, "lost rank " + std::to_string(rank) + ": " + reason), -1);
+    }
+  }
+  if (departed) {
+    channels_->peerDeparted(this);
+  } else {
+    channels_->peerFailed(this, reason);
+  }
+}
+
+void Connection::closeGracefully(Deadline deadline) {
+  if (failed_) {
+    return;
+  }
+  std::string error;
+  {
+    std::lock_guard<std::mutex> guard(sendMutex_);
+    FrameHeader goodbye = makeControlHeader(FrameKind::kGoodbye, 0, 0, 0);
+    sendQueue_.push_back(Outgoing{goodbye, nullptr, 0, nullptr, {}});
+    while (!sendQueue_.empty() && error.empty() && Clock::now() < deadline) {
+      for (auto& transfer : flushLocked(&error)) {
+        transfer->complete({}, transfer->peerRank);
+      }
+      if (!sendQueue_.empty() && error.empty()) {
+        pollFor(socket_.fd(), POLLOUT, deadline);
+      }
+    }
+  }
+  ::shutdown(socket_.fd(), SHUT_WR);
+}
+
+} // namespace monarch

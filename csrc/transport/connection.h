@@ -1,0 +1,99 @@
+#pragma once
+
+#include <atomic>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "transport/channel_registry.h"
+#include "transport/socket.h"
+#include "transport/transfer.h"
+
+namespace monarch {
+
+class EventLoop;
+
+// Identity of the process endpoint at the other end, from its handshake.
+struct PeerIdentity {
+  uint64_t endpointId = 0;
+  uint32_t pid = 0;
+  std::string address;
+};
+
+// A TCP link to one peer endpoint, shared by every group (channel) between
+// the two. Sends are queued and written by whichever thread gets there first;
+// receives are driven by the event loop, which reads each frame header,
+// checks it, and reads the payload straight into the posted receive.
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(Socket socket, PeerIdentity peer, ChannelRegistry* channels, EventLoop* loop);
+  ~Connection();
+
+  // Registers with the event loop; frames flow from then on.
+  void start();
+
+  void postSend(const FrameHeader& header, const TransferPtr& transfer);
+  // Fire-and-forget control frame (error notice, heartbeat).
+  void sendControl(const FrameHeader& header, std::string payload);
+
+  // Event loop callback.
+  void onEvents(uint32_t events);
+
+  // Breaks the link: pending sends fail, every channel learns the peer is gone.
+  void fail(const std::string& reason);
+  // Orderly close: says goodbye, flushes what is queued (until `deadline`)
+  // and closes our direction, so the peer knows no failure happened.
+  void closeGracefully(Deadline deadline);
+  bool failed() const {
+    return failed_.load();
+  }
+  const PeerIdentity& peer() const {
+    return peer_;
+  }
+
+ private:
+  struct Outgoing {
+    FrameHeader header;
+    const char* data;
+    size_t bytes;
+    TransferPtr transfer; // null for control frames
+    std::string ownedPayload;
+    size_t sent = 0; // header and payload bytes written so far
+  };
+
+  // Writes queued frames until the socket would block. Returns the sends that
+  // finished, to be completed outside the lock.
+  std::vector<TransferPtr> flushLocked(std::string* error);
+  void enqueue(Outgoing outgoing);
+  void setWriteInterest(bool enabled);
+
+  // Reads what the socket has; returns false when the link broke.
+  bool readAvailable(std::string* error);
+  bool onHeaderComplete(std::string* error);
+  void onPayloadComplete();
+
+  Socket socket_;
+  const PeerIdentity peer_;
+  ChannelRegistry* channels_;
+  EventLoop* loop_;
+  std::atomic<bool> failed_{false};
+  std::atomic<bool> peerSaidGoodbye_{false};
+
+  std::mutex sendMutex_;
+  std::deque<Outgoing> sendQueue_;
+  bool writeInterest_ = false;
+
+  // Receive state, touched only by the event loop thread.
+  enum class RxState { kHeader, kPayload };
+  RxState rxState_ = RxState::kHeader;
+  FrameHeader rxHeader_{};
+  size_t rxHave_ = 0;
+  std::shared_ptr<Channel> rxChannel_; // null: discard the payload
+  TransferPtr rxTarget_; // posted receive being filled, if any
+  Status rxTargetStatus_; // whether the target matched the header
+  std::vector<char> rxBuffer_; // payload without a posted receive
+};
+
+} // namespace monarch

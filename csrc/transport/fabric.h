@@ -1,0 +1,97 @@
+#pragma once
+
+#include <array>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "transport/channel_registry.h"
+#include "transport/connection.h"
+#include "transport/event_loop.h"
+#include "transport/socket.h"
+#include "transport/store.h"
+#include "transport/wire.h"
+
+namespace monarch {
+
+// Who a group is and who this process is in it, for rendezvous.
+struct GroupIdentity {
+  uint64_t groupHash = 0;
+  uint32_t epoch = 0;
+  int rank = 0;
+  int size = 1;
+};
+
+// One endpoint of a job: a listening socket, the TCP connections to peer
+// endpoints, the event loop that drives them and the channels (groups)
+// multiplexed over them. Groups derived from one another share an endpoint.
+class Fabric {
+ public:
+  explicit Fabric(const std::string& bindAddress);
+  ~Fabric();
+  Fabric(const Fabric&) = delete;
+  Fabric& operator=(const Fabric&) = delete;
+
+  uint64_t endpointId() const {
+    return endpointId_;
+  }
+  ChannelRegistry& channels() {
+    return channels_;
+  }
+
+  // Connects every pair of ranks of a group through `store` and returns the
+  // connection to each rank (null for this rank). Throws std::runtime_error
+  // naming the ranks that did not show up before `deadline`.
+  std::vector<std::shared_ptr<Connection>> connectGroup(
+      KeyValueStore& store, const GroupIdentity& group, Deadline deadline);
+
+  // Stops the threads and closes every socket. A graceful shutdown first
+  // tells each peer goodbye, so that it does not take this for a failure.
+  void shutdown(bool graceful);
+
+ private:
+  // A rendezvous in progress: the peers expected to connect to us.
+  struct PendingGroup {
+    GroupIdentity group;
+    std::array<uint8_t, kTokenBytes> token;
+    std::map<int, std::shared_ptr<Connection>> arrived;
+  };
+  struct PendingHandshake {
+    Socket socket;
+    Handshake received;
+    size_t have = 0;
+    Deadline deadline;
+    std::string address;
+  };
+
+  void acceptLoop();
+  void acceptNew(std::vector<PendingHandshake>& pending);
+  // Returns true when the handshake finished (accepted or rejected).
+  bool progressHandshake(PendingHandshake& handshake);
+  void admit(PendingHandshake& handshake);
+  std::shared_ptr<Connection> dialPeer(
+      KeyValueStore& store, const PendingGroup& pending, int peer, Deadline deadline);
+  std::shared_ptr<Connection> adopt(Socket socket, const Handshake& peer, const std::string& address);
+
+  const uint64_t endpointId_;
+  std::string address_;
+  uint16_t port_ = 0;
+  Socket listener_;
+  Socket stopEvent_;
+  ChannelRegistry channels_;
+  EventLoop loop_;
+
+  std::mutex mutex_;
+  std::condition_variable arrivals_;
+  std::vector<PendingGroup*> pendingGroups_;
+  std::vector<std::shared_ptr<Connection>> connections_;
+  std::thread acceptor_;
+  bool stopped_ = false;
+};
+
+} // namespace monarch

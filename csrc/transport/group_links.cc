@@ -1,0 +1,158 @@
+#include "transport/group_links.h"
+
+#include <cstring>
+#include <string>
+
+#include "common/op_failure.h"
+
+namespace monarch {
+
+GroupLinks::GroupLinks(
+    int rank,
+    std::vector<std::shared_ptr<Connection>> connectionByRank,
+    std::shared_ptr<Channel> channel,
+    std::shared_ptr<CompletionSignal> signal,
+    const std::atomic<bool>* aborted)
+    : rank_(rank),
+      connections_(std::move(connectionByRank)),
+      channel_(std::move(channel)),
+      signal_(std::move(signal)),
+      aborted_(aborted),
+      sendSteps_(connections_.size(), 0),
+      recvSteps_(connections_.size(), 0) {
+  std::vector<Connection*> raw;
+  for (auto& connection : connections_) {
+    raw.push_back(connection.get());
+  }
+  channel_->bindPeers(raw);
+}
+
+void GroupLinks::beginOp(uint64_t seq, const OpSignature& signature, Deadline deadline, std::shared_ptr<void> keepalive) {
+  seq_ = seq;
+  signature_ = signature;
+  deadline_ = deadline;
+  keepalive_ = std::move(keepalive);
+  transfers_.clear();
+  std::fill(sendSteps_.begin(), sendSteps_.end(), 0);
+  std::fill(recvSteps_.begin(), recvSteps_.end(), 0);
+}
+
+void GroupLinks::endOp() {
+  transfers_.clear();
+  keepalive_.reset();
+}
+
+void GroupLinks::checkPeer(int peer) const {
+  if (peer < 0 || peer >= size() || peer == rank_) {
+    throw std::logic_error("algorithm addressed invalid peer " + std::to_string(peer));
+  }
+}
+
+TransferPtr GroupLinks::makeTransfer(Transfer::Direction direction, int peer, void* data, size_t bytes) {
+  auto transfer = std::make_shared<Transfer>();
+  transfer->direction = direction;
+  transfer->data = data;
+  transfer->bytes = bytes;
+  transfer->peerRank = peer;
+  transfer->signal = signal_;
+  return transfer;
+}
+
+Links::Handle GroupLinks::send(int peer, const void* data, size_t bytes) {
+  checkPeer(peer);
+  TransferPtr transfer = makeTransfer(Transfer::Direction::kSend, peer, const_cast<void*>(data), bytes);
+  transfer->seq = seq_;
+  transfer->step = sendSteps_[peer]++;
+  transfer->signature = signature_;
+  transfer->keepalive = keepalive_;
+  transfers_.push_back(transfer);
+  connections_[peer]->postSend(
+      makeDataHeader(channel_->id(), seq_, transfer->step, signature_, bytes, false), transfer);
+  return transfers_.size() - 1;
+}
+
+Links::Handle GroupLinks::recv(int peer, void* data, size_t bytes) {
+  checkPeer(peer);
+  TransferPtr transfer = makeTransfer(Transfer::Direction::kRecv, peer, data, bytes);
+  transfer->seq = seq_;
+  transfer->step = recvSteps_[peer]++;
+  transfer->signature = signature_;
+  transfer->keepalive = keepalive_;
+  transfers_.push_back(transfer);
+  channel_->postRecv(connections_[peer].get(), transfer);
+  return transfers_.size() - 1;
+}
+
+void GroupLinks::wait(Handle handle) {
+  waitTransfer(transfers_.at(handle));
+}
+
+void GroupLinks::waitAll() {
+  for (auto& transfer : transfers_) {
+    waitTransfer(transfer);
+  }
+}
+
+void GroupLinks::postTaggedSend(
+    int peer, uint64_t tag, const OpSignature& signature, const void* data, size_t bytes,
+    std::shared_ptr<void> keepalive, Completion onComplete) {
+  checkPeer(peer);
+  TransferPtr transfer = makeTransfer(Transfer::Direction::kSend, peer, const_cast<void*>(data), bytes);
+  transfer->pointToPoint = true;
+  transfer->seq = tag;
+  transfer->signature = signature;
+  transfer->keepalive = std::move(keepalive);
+  transfer->onComplete = std::move(onComplete);
+  Status broken;
+  if (channel_->errored(&broken)) {
+    transfer->complete(broken, -1);
+    return;
+  }
+  connections_[peer]->postSend(makeDataHeader(channel_->id(), tag, 0, signature, bytes, true), transfer);
+}
+
+void GroupLinks::postTaggedRecv(
+    int peer, uint64_t tag, const OpSignature& signature, void* data, size_t bytes,
+    std::shared_ptr<void> keepalive, Completion onComplete) {
+  if (peer >= 0) {
+    checkPeer(peer);
+  }
+  TransferPtr transfer = makeTransfer(Transfer::Direction::kRecv, peer, data, bytes);
+  transfer->pointToPoint = true;
+  transfer->seq = tag;
+  transfer->signature = signature;
+  transfer->keepalive = std::move(keepalive);
+  transfer->onComplete = std::move(onComplete);
+  channel_->postRecv(peer >= 0 ? connections_[peer].get() : nullptr, transfer);
+}
+
+void GroupLinks::waitTransfer(const TransferPtr& transfer) {
+  std::unique_lock<std::mutex> lock(signal_->mutex);
+  signal_->cv.wait_until(lock, deadline_, [&] { return transfer->done || aborted_->load(); });
+  if (transfer->done && transfer->status.ok()) {
+    return;
+  }
+  if (transfer->done) {
+    throw OpFailure(transfer->status);
+  }
+  if (aborted_->load()) {
+    throw OpFailure(Status::error(ErrorKind::kAborted, {}, "the group was aborted"));
+  }
+  int peer = transfer->peerRank;
+  std::string what = transfer->direction == Transfer::Direction::kSend ? "sending to" : "receiving from";
+  throw OpFailure(Status::error(
+      ErrorKind::kTimeout, peer >= 0 ? std::vector<int>{peer} : std::vector<int>{},
+      "timed out " + what + (peer >= 0 ? " rank " + std::to_string(peer) : std::string(" any rank"))));
+}
+
+void GroupLinks::broadcastErrorNotice(uint64_t seq, const Status& status) {
+  std::string payload = encodeNotice(status);
+  FrameHeader header = makeControlHeader(FrameKind::kErrorNotice, channel_->id(), seq, payload.size());
+  for (auto& connection : connections_) {
+    if (connection && !connection->failed()) {
+      connection->sendControl(header, payload);
+    }
+  }
+}
+
+} // namespace monarch

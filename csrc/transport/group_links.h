@@ -1,0 +1,86 @@
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "algorithms/links.h"
+#include "transport/channel.h"
+#include "transport/connection.h"
+#include "transport/socket.h"
+#include "transport/transfer.h"
+
+namespace monarch {
+
+// A group's links over TCP connections, bound to the group's channel. The
+// worker thread runs one op at a time through the Links interface; point-to-
+// point transfers are posted from the caller's thread outside any op.
+class GroupLinks : public Links {
+ public:
+  GroupLinks(
+      int rank,
+      std::vector<std::shared_ptr<Connection>> connectionByRank,
+      std::shared_ptr<Channel> channel,
+      std::shared_ptr<CompletionSignal> signal,
+      const std::atomic<bool>* aborted);
+
+  int rank() const override {
+    return rank_;
+  }
+  int size() const override {
+    return static_cast<int>(connections_.size());
+  }
+
+  void beginOp(uint64_t seq, const OpSignature& signature, Deadline deadline, std::shared_ptr<void> keepalive);
+  // Forgets the op's transfers (waiting for them is the algorithm's job).
+  void endOp();
+
+  Handle send(int peer, const void* data, size_t bytes) override;
+  Handle recv(int peer, void* data, size_t bytes) override;
+  void wait(Handle handle) override;
+  void waitAll() override;
+
+  // Point-to-point, tagged; `peer` < 0 receives from any source.
+  // `onComplete` runs once the transfer is done, on the thread that did it.
+  using Completion = std::function<void(const Status&, int sourceRank)>;
+  void postTaggedSend(
+      int peer, uint64_t tag, const OpSignature& signature, const void* data, size_t bytes,
+      std::shared_ptr<void> keepalive, Completion onComplete);
+  void postTaggedRecv(
+      int peer, uint64_t tag, const OpSignature& signature, void* data, size_t bytes,
+      std::shared_ptr<void> keepalive, Completion onComplete);
+
+  // Tells every peer that this rank's op failed, so they stop waiting for it.
+  void broadcastErrorNotice(uint64_t seq, const Status& status);
+
+  Channel& channel() {
+    return *channel_;
+  }
+  const std::vector<std::shared_ptr<Connection>>& connections() const {
+    return connections_;
+  }
+
+ private:
+  TransferPtr makeTransfer(Transfer::Direction direction, int peer, void* data, size_t bytes);
+  // Blocks until `transfer` is done, the op's deadline passes or the group aborts.
+  void waitTransfer(const TransferPtr& transfer);
+  void checkPeer(int peer) const;
+
+  const int rank_;
+  std::vector<std::shared_ptr<Connection>> connections_;
+  std::shared_ptr<Channel> channel_;
+  std::shared_ptr<CompletionSignal> signal_;
+  const std::atomic<bool>* aborted_;
+
+  // Current op, touched only by the worker thread.
+  uint64_t seq_ = 0;
+  OpSignature signature_;
+  Deadline deadline_;
+  std::shared_ptr<void> keepalive_;
+  std::vector<TransferPtr> transfers_;
+  std::vector<uint32_t> sendSteps_;
+  std::vector<uint32_t> recvSteps_;
+};
+
+} // namespace monarch

@@ -1,0 +1,123 @@
+#pragma once
+
+// Byte layouts that cross a link. Everything is host byte order: a job runs on
+// hosts of one architecture, as with Gloo and NCCL.
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "common/dtype.h"
+#include "common/status.h"
+
+namespace monarch {
+
+constexpr uint32_t kMagic = 0x4352'4e4d; // "MNRC"
+constexpr uint16_t kProtocolVersion = 1;
+constexpr size_t kTokenBytes = 16;
+
+// First bytes on every new link, in both directions.
+struct Handshake {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t reserved;
+  uint8_t token[kTokenBytes]; // job token taken from the rendezvous store
+  uint64_t groupHash; // which group rendezvous this link belongs to
+  uint32_t epoch;
+  int32_t rank; // sender's rank in that group
+  int32_t worldSize;
+  uint32_t pid; // OS process id, for logs
+  uint64_t endpointId; // identifies the sending endpoint across groups
+};
+static_assert(sizeof(Handshake) == 56, "Handshake layout changed");
+
+// Collective or point-to-point operation a frame belongs to.
+enum class OpCode : uint8_t {
+  kBroadcast = 1,
+  kAllreduce = 2,
+  kReduce = 3,
+  kAllgather = 4,
+  kGather = 5,
+  kScatter = 6,
+  kReduceScatter = 7,
+  kAlltoall = 8,
+  kBarrier = 9,
+  kPointToPoint = 10,
+};
+
+const char* opCodeName(OpCode op);
+
+constexpr uint8_t kNoReduceOp = 0xff;
+
+// What every participant of one op agrees on; carried in each data frame and
+// compared on receipt so that ranks calling different ops fail loudly.
+struct OpSignature {
+  OpCode op = OpCode::kBarrier;
+  DataType dtype = DataType::kUInt8;
+  uint64_t count = 0; // elements of the op, as the caller passed them
+  int32_t root = -1;
+  uint8_t reduceOp = kNoReduceOp; // c10d's RedOpType numbering, for reducing ops
+
+  std::string describe() const;
+};
+
+enum class FrameKind : uint8_t {
+  kData = 1,
+  kErrorNotice = 2, // sender's op on this channel failed; payload says why
+  kHeartbeat = 3,
+  kGoodbye = 4, // orderly shutdown: the sender sends nothing after this
+};
+
+constexpr uint8_t kFramePointToPoint = 0x1;
+
+struct FrameHeader {
+  uint32_t magic;
+  uint8_t kind;
+  uint8_t op;
+  uint8_t dtype;
+  uint8_t flags;
+  uint64_t channel; // group the frame belongs to
+  uint64_t seq; // collective sequence number, or the tag for point-to-point
+  uint32_t step; // index of this message between the pair within the op
+  int32_t root;
+  uint64_t count;
+  uint64_t payloadBytes;
+  uint8_t reduceOp;
+  uint8_t padding[3];
+  uint32_t checksum; // over all bytes before this field
+};
+static_assert(sizeof(FrameHeader) == 56, "FrameHeader layout changed");
+
+// Largest payload a single frame may announce; anything above is corruption.
+constexpr uint64_t kMaxFramePayload = uint64_t(1) << 40;
+// Largest error notice payload.
+constexpr uint64_t kMaxNoticePayload = 64 * 1024;
+
+uint32_t headerChecksum(const FrameHeader& header);
+FrameHeader makeDataHeader(
+    uint64_t channel, uint64_t seq, uint32_t step, const OpSignature& sig,
+    uint64_t payloadBytes, bool pointToPoint);
+FrameHeader makeControlHeader(FrameKind kind, uint64_t channel, uint64_t seq, uint64_t payloadBytes);
+
+// Checks magic, checksum, kind and bounds of a header read off a link.
+Status validateHeader(const FrameHeader& header);
+
+OpSignature signatureOf(const FrameHeader& header);
+
+// Checks an incoming data frame against what the local op expects.
+Status checkFrameMatches(
+    const FrameHeader& header, const OpSignature& expected, uint64_t expectedBytes, int peerRank, uint64_t seq);
+
+// Error notice payload: kind, the failed ranks and a message.
+std::string encodeNotice(const Status& status);
+Status decodeNotice(const std::string& payload);
+
+Handshake makeHandshake(
+    const uint8_t* token, uint64_t groupHash, uint32_t epoch, int rank, int worldSize, uint64_t endpointId);
+// Checks a handshake received from a peer before it may join the group.
+Status validateHandshake(
+    const Handshake& hs, const uint8_t* token, uint64_t groupHash, uint32_t epoch, int worldSize);
+
+uint64_t fnv1a64(const void* data, size_t bytes, uint64_t seed = 1469598103934665603ull);
+
+} // namespace monarch

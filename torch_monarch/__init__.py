@@ -1,0 +1,12 @@
+"""torch_monarch: a fault-tolerant collective backend for PyTorch.
+
+Importing this package registers the "monarch" backend, so that
+``torch.distributed.init_process_group(backend="monarch")`` works.
+"""
+
+from torch_monarch.backend import BACKEND_NAME, register
+from torch_monarch.options import Options
+
+__all__ = ["BACKEND_NAME", "Options", "register"]
+
+register()

@@ -1,0 +1,66 @@
+"""Configuration of monarch process groups.
+
+Every field can be overridden from the environment by ``MONARCH_<FIELD>``
+(upper case), which wins over the value set in code, so that a launcher can
+tune a job without touching the training script.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Optional
+
+__all__ = ["Options"]
+
+
+@dataclass
+class Options:
+    """``pg_options`` for ``init_process_group``/``new_group`` with backend "monarch".
+
+    Attributes:
+        timeout: per-op timeout; ``None`` takes the group's timeout.
+        bind_address: address peers use to reach this process; empty picks
+            the address the host name resolves to, else loopback.
+        small_message_bytes: messages up to this size use latency-optimal
+            algorithms (recursive doubling, binomial trees).
+        chunk_bytes: pipelining chunk of the bandwidth-optimal ring algorithms.
+    """
+
+    timeout: Optional[timedelta] = None
+    bind_address: str = ""
+    small_message_bytes: int = 64 * 1024
+    chunk_bytes: int = 512 * 1024
+
+    def with_env_overrides(self) -> "Options":
+        """Returns a copy with ``MONARCH_*`` environment variables applied."""
+        updates: dict[str, object] = {}
+        for field in dataclasses.fields(self):
+            raw = os.environ.get(f"MONARCH_{field.name.upper()}")
+            if raw is None or raw == "":
+                continue
+            updates[field.name] = _parse(field.name, raw)
+        resolved = dataclasses.replace(self, **updates)
+        resolved.validate()
+        return resolved
+
+    def validate(self) -> None:
+        if self.timeout is not None and self.timeout.total_seconds() <= 0:
+            raise ValueError(f"Options.timeout must be positive, got {self.timeout}")
+        if self.small_message_bytes < 0:
+            raise ValueError(f"Options.small_message_bytes must be >= 0, got {self.small_message_bytes}")
+        if self.chunk_bytes <= 0:
+            raise ValueError(f"Options.chunk_bytes must be positive, got {self.chunk_bytes}")
+
+
+def _parse(name: str, raw: str) -> object:
+    try:
+        if name == "timeout":
+            return timedelta(seconds=float(raw))
+        if name.endswith("_bytes"):
+            return int(raw)
+        return raw
+    except ValueError as e:
+        raise ValueError(f"MONARCH_{name.upper()}={raw!r} is not a valid value for Options.{name}") from e
