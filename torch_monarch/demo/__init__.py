@@ -1,0 +1,1 @@
+"""Runnable demonstrations of torch_monarch."""
