@@ -5,8 +5,26 @@ Importing this package registers the "monarch" backend, so that
 """
 
 from torch_monarch.backend import BACKEND_NAME, register
+from torch_monarch.errors import (
+    AbortedError,
+    CollectiveMismatchError,
+    CollectiveTimeoutError,
+    MonarchError,
+    PeerFailureError,
+    ProtocolError,
+)
 from torch_monarch.options import Options
 
-__all__ = ["BACKEND_NAME", "Options", "register"]
+__all__ = [
+    "BACKEND_NAME",
+    "AbortedError",
+    "CollectiveMismatchError",
+    "CollectiveTimeoutError",
+    "MonarchError",
+    "Options",
+    "PeerFailureError",
+    "ProtocolError",
+    "register",
+]
 
 register()

@@ -38,6 +38,7 @@ def _create_backend(dist_options: Any, pg_options: Optional[Options]) -> Any:
         size=dist_options.group_size,
         group_name=str(dist_options.group_id),
         timeout=timeout,
+        heartbeat_timeout=options.heartbeat_timeout,
         bind_address=options.bind_address,
         small_message_bytes=options.small_message_bytes,
         chunk_bytes=options.chunk_bytes,

@@ -4,6 +4,8 @@
 
 #include "backend/monarch_backend.h"
 
+#include <algorithm>
+
 #include "backend/errors.h"
 #include "backend/store_adapter.h"
 #include "common/logging.h"
@@ -11,37 +13,149 @@
 
 namespace monarch {
 
-MonarchBackend::MonarchBackend(
+c10::intrusive_ptr<MonarchBackend> MonarchBackend::join(
     const c10::intrusive_ptr<c10d::Store>& store,
     int rank,
     int size,
     const std::string& groupName,
-    BackendOptions options)
-    : c10d::Backend(rank, size),
-      options_(std::move(options)),
-      signal_(std::make_shared<CompletionSignal>()),
-      timeoutMs_(options_.timeout.count()) {
-  const std::string address = options_.bindAddress.empty() ? defaultBindAddress() : options_.bindAddress;
-  GroupIdentity identity;
-  identity.groupHash = fnv1a64(groupName.data(), groupName.size());
-  identity.rank = rank;
-  identity.size = size;
-  std::vector<std::shared_ptr<Connection>> connections;
+    BackendOptions options) {
+  FabricOptions fabricOptions;
+  fabricOptions.bindAddress = options.bindAddress.empty() ? defaultBindAddress() : options.bindAddress;
+  fabricOptions.heartbeatTimeout = options.heartbeatTimeout;
+  Membership membership;
+  membership.rank = rank;
+  membership.channelId = fnv1a64(groupName.data(), groupName.size());
   try {
-    fabric_ = std::make_shared<Fabric>(address);
+    membership.fabric = std::make_shared<Fabric>(fabricOptions);
     StoreAdapter adapter(store);
-    connections = fabric_->connectGroup(adapter, identity, Clock::now() + options_.timeout);
+    GroupIdentity identity{membership.channelId, 0, rank, size};
+    membership.connections = membership.fabric->connectGroup(adapter, identity, Clock::now() + options.timeout);
   } catch (const std::runtime_error& e) {
-    fabric_.reset();
     throw MonarchError(
         ErrorKind::kPeerFailure, {},
         "monarch: rank " + std::to_string(rank) + " could not join group '" + groupName + "': " + e.what());
   }
+  MONARCH_LOG(kInfo) << "rank " << rank << "/" << size << " joined group '" << groupName << "' at "
+                     << fabricOptions.bindAddress;
+  return c10::make_intrusive<MonarchBackend>(std::move(membership), std::move(options));
+}
+
+MonarchBackend::MonarchBackend(Membership membership, BackendOptions options)
+    : c10d::Backend(membership.rank, static_cast<int>(membership.connections.size())),
+      options_(std::move(options)),
+      fabric_(std::move(membership.fabric)),
+      signal_(std::make_shared<CompletionSignal>()),
+      timeoutMs_(options_.timeout.count()) {
+  fabric_->acquire();
   links_ = std::make_unique<GroupLinks>(
-      rank, std::move(connections), fabric_->channels().get(identity.groupHash), signal_, &aborted_);
+      membership.rank, std::move(membership.connections), fabric_->channels().get(membership.channelId), signal_,
+      &aborted_);
   worker_ = std::thread([this] { workerLoop(); });
-  MONARCH_LOG(kInfo) << "rank " << rank << "/" << size << " joined group '" << groupName << "' at " << address;
   init();
+}
+
+c10::intrusive_ptr<MonarchBackend> MonarchBackend::derive(const std::vector<int>& members, uint64_t channelId) {
+  Membership membership;
+  membership.fabric = fabric_;
+  membership.channelId = channelId;
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (members[i] == rank_) {
+      membership.rank = static_cast<int>(i);
+    }
+    membership.connections.push_back(links_->connections()[members[i]]);
+  }
+  BackendOptions options = options_;
+  options.timeout = std::chrono::milliseconds(timeoutMs_.load());
+  return c10::make_intrusive<MonarchBackend>(std::move(membership), std::move(options));
+}
+
+c10::intrusive_ptr<c10d::Backend> MonarchBackend::shrink(
+    const std::vector<int64_t>& ranksToExclude,
+    int shrinkFlags,
+    const c10::intrusive_ptr<c10d::Backend::Options>& optsOverride) {
+  std::vector<bool> excluded(size_, false);
+  for (int64_t rank : ranksToExclude) {
+    TORCH_CHECK_VALUE(rank >= 0 && rank < size_, "shrink: rank ", rank, " is not in a group of size ", size_);
+    excluded[rank] = true;
+  }
+  TORCH_CHECK_VALUE(!excluded[rank_], "shrink: this rank (", rank_, ") is in the exclusion list");
+  std::vector<int> members;
+  for (int rank = 0; rank < size_; ++rank) {
+    if (!excluded[rank]) {
+      members.push_back(rank);
+    }
+  }
+  // Every survivor derives the same channel id from the same inputs.
+  uint64_t derivation;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    derivation = ++derivations_;
+  }
+  std::string key = "shrink/" + std::to_string(links_->channel().id()) + "/" + std::to_string(derivation);
+  for (int rank : members) {
+    key += "/" + std::to_string(rank);
+  }
+  if (shrinkFlags != 0) {
+    abort(); // SHRINK_ABORT: stop what is pending on the old group first
+  }
+  auto shrunk = derive(members, fnv1a64(key.data(), key.size()));
+  if (optsOverride) {
+    shrunk->setTimeout(optsOverride->timeout);
+  }
+  return shrunk;
+}
+
+c10::intrusive_ptr<c10d::Backend> MonarchBackend::split(
+    const c10::intrusive_ptr<c10d::Store>& /*store*/,
+    const std::vector<int>& ranks,
+    const c10::intrusive_ptr<c10d::Backend::Options>& opts) {
+  std::vector<int> members(ranks.begin(), ranks.end());
+  std::sort(members.begin(), members.end());
+  for (int rank : members) {
+    TORCH_CHECK_VALUE(rank >= 0 && rank < size_, "split: rank ", rank, " is not in a group of size ", size_);
+  }
+  if (std::find(members.begin(), members.end(), rank_) == members.end()) {
+    return nullptr; // not a member of the new group
+  }
+  std::string name = opts ? opts->group_name : std::string();
+  std::string key = "split/" + std::to_string(links_->channel().id()) + "/" + name;
+  for (int rank : members) {
+    key += "/" + std::to_string(rank);
+  }
+  auto result = derive(members, fnv1a64(key.data(), key.size()));
+  if (opts) {
+    result->setTimeout(opts->timeout);
+  }
+  return result;
+}
+
+c10::intrusive_ptr<MonarchBackend> MonarchBackend::reconfigure(
+    const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, const std::string& groupName) {
+  Membership membership;
+  membership.fabric = fabric_;
+  membership.rank = rank;
+  membership.channelId = fnv1a64(groupName.data(), groupName.size());
+  try {
+    StoreAdapter adapter(store);
+    GroupIdentity identity{membership.channelId, 0, rank, size};
+    membership.connections = fabric_->connectGroup(
+        adapter, identity, Clock::now() + std::chrono::milliseconds(timeoutMs_.load()));
+  } catch (const std::runtime_error& e) {
+    throw MonarchError(
+        ErrorKind::kPeerFailure, {},
+        "monarch: rank " + std::to_string(rank) + " could not reconfigure into group '" + groupName + "': " + e.what());
+  }
+  BackendOptions options = options_;
+  options.timeout = std::chrono::milliseconds(timeoutMs_.load());
+  return c10::make_intrusive<MonarchBackend>(std::move(membership), std::move(options));
+}
+
+c10::intrusive_ptr<c10d::Backend::Options> MonarchBackend::getBackendOptions() {
+  return c10::make_intrusive<c10d::Backend::Options>("monarch", std::chrono::milliseconds(timeoutMs_.load()));
+}
+
+size_t MonarchBackend::connectionCount() const {
+  return fabric_->connectionCount();
 }
 
 MonarchBackend::~MonarchBackend() {
@@ -69,8 +183,9 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::enqueue(
   // Ops ahead in the queue each take at most their own timeout.
   auto waitBound = opTimeout * static_cast<int64_t>(queue_.size() + 1) + std::chrono::seconds(1);
   auto work = c10::make_intrusive<MonarchWork>(rank_, type, seq, std::move(outputs), waitBound);
-  if (!error_.ok() || stopping_) {
-    Status status = error_.ok() ? Status::error(ErrorKind::kAborted, {}, "the group is shut down") : error_;
+  Status broken;
+  if (links_->channel().errored(&broken) || stopping_) {
+    Status status = broken.ok() ? Status::error(ErrorKind::kAborted, {}, "the group is shut down") : broken;
     status.message = signature.describe() + " (sequence number " + std::to_string(seq) +
         ") refused: the group is broken: " + status.message;
     work->markFailed(status);
@@ -120,37 +235,15 @@ void MonarchBackend::runOp(QueuedOp& op) {
   }
   status.message = "rank " + std::to_string(rank_) + ": " + op.signature.describe() + " (sequence number " +
       std::to_string(op.seq) + ") failed: " + errorKindName(status.kind) + ": " + status.message;
-  breakGroup(op.seq, status);
+  // The group is broken from now on; the peers learn it from the notice.
+  links_->channel().fail(status, /*tellPeers=*/true);
   op.work->markFailed(status);
-}
-
-void MonarchBackend::breakGroup(uint64_t seq, const Status& status) {
-  {
-    std::lock_guard<std::mutex> guard(mutex_);
-    if (!error_.ok()) {
-      return;
-    }
-    error_ = status;
-  }
-  MONARCH_LOG(kWarn) << "group broken: " << status.message;
-  links_->channel().fail(status);
-  links_->broadcastErrorNotice(seq, status);
 }
 
 Status MonarchBackend::error() {
   Status broken;
-  {
-    std::lock_guard<std::mutex> guard(mutex_);
-    if (!error_.ok()) {
-      return error_;
-    }
-  }
-  // A peer failure or a peer's error notice may have broken the channel
-  // between ops.
-  if (links_ && links_->channel().errored(&broken)) {
-    return broken;
-  }
-  return {};
+  links_->channel().errored(&broken);
+  return broken;
 }
 
 c10d::ErrorType MonarchBackend::getError() {
@@ -177,27 +270,29 @@ void MonarchBackend::stop(const Status& reason) {
     stopping_ = true;
     if (!reason.ok()) {
       dropped.swap(queue_);
-      if (error_.ok()) {
-        error_ = reason;
-      }
     }
   }
   queueChanged_.notify_all();
+  if (!reason.ok()) {
+    // Aborting: peers learn that this rank is gone without waiting for it.
+    links_->channel().fail(reason, /*tellPeers=*/true);
+  }
   for (auto& op : dropped) {
     Status status = reason;
     status.message = op.signature.describe() + " (sequence number " + std::to_string(op.seq) + "): " + reason.message;
     op.work->markFailed(status);
   }
   if (worker_.joinable()) {
-    worker_.join();
+    if (worker_.get_id() == std::this_thread::get_id()) {
+      worker_.detach(); // called from a completion callback on the worker
+    } else {
+      worker_.join();
+    }
   }
-  if (links_) {
-    links_->channel().fail(reason.ok() ? Status::error(ErrorKind::kAborted, {}, "the group was shut down") : reason);
-    fabric_->channels().release(links_->channel().id());
-    // Closes the sockets and stops the endpoint's threads; the objects live
-    // on until the backend is destroyed, so late callers see a failed group.
-    fabric_->shutdown(/*graceful=*/reason.ok());
-  }
+  links_->channel().fail(Status::error(ErrorKind::kAborted, {}, "the group was shut down"), /*tellPeers=*/false);
+  fabric_->channels().release(links_->channel().id());
+  // The last group on the endpoint closes its sockets and stops its threads.
+  fabric_->release(/*graceful=*/reason.ok());
 }
 
 void MonarchBackend::abort() {

@@ -23,13 +23,46 @@ namespace monarch {
 // sequence-number order over the group's links.
 class MonarchBackend : public c10d::Backend {
  public:
-  MonarchBackend(
+  // Who a backend talks to: an endpoint, a connection per rank (null for
+  // this one) and the channel id its frames carry.
+  struct Membership {
+    std::shared_ptr<Fabric> fabric;
+    std::vector<std::shared_ptr<Connection>> connections;
+    uint64_t channelId = 0;
+    int rank = 0;
+  };
+
+  // A new group: a fresh endpoint, connected through `store`.
+  static c10::intrusive_ptr<MonarchBackend> join(
       const c10::intrusive_ptr<c10d::Store>& store,
       int rank,
       int size,
       const std::string& groupName,
       BackendOptions options);
+
+  MonarchBackend(Membership membership, BackendOptions options);
   ~MonarchBackend() override;
+
+  // A group of new membership through `store` that keeps the links to peers
+  // that are the same processes as before and connects only new members.
+  c10::intrusive_ptr<MonarchBackend> reconfigure(
+      const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, const std::string& groupName);
+
+  bool supportsShrinking() const override {
+    return true;
+  }
+  c10::intrusive_ptr<c10d::Backend> shrink(
+      const std::vector<int64_t>& ranksToExclude,
+      int shrinkFlags,
+      const c10::intrusive_ptr<c10d::Backend::Options>& optsOverride) override;
+  bool supportsSplitting() const override {
+    return true;
+  }
+  c10::intrusive_ptr<c10d::Backend> split(
+      const c10::intrusive_ptr<c10d::Store>& store,
+      const std::vector<int>& ranks,
+      const c10::intrusive_ptr<c10d::Backend::Options>& opts) override;
+  c10::intrusive_ptr<c10d::Backend::Options> getBackendOptions() override;
 
   const std::string getBackendName() const override {
     return "monarch";
@@ -80,8 +113,10 @@ class MonarchBackend : public c10d::Backend {
   void abort() override;
   void shutdown() override;
 
-  // The group's error, if it is broken (None-like when healthy).
+  // Why the group is broken; ok() while it is healthy.
   Status error();
+  // Connections this group holds (for tests: shrinking opens none).
+  size_t connectionCount() const;
 
  private:
   // One collective: what it is, and the code that runs it on the worker.
@@ -108,11 +143,11 @@ class MonarchBackend : public c10d::Backend {
   std::chrono::milliseconds timeoutFor(std::chrono::milliseconds requested) const;
   void workerLoop();
   void runOp(QueuedOp& op);
-  // Marks the group broken (first failure wins) and tells the peers.
-  void breakGroup(uint64_t seq, const Status& status);
+  // A group over a subset of this group's ranks, on the same links.
+  c10::intrusive_ptr<MonarchBackend> derive(const std::vector<int>& members, uint64_t channelId);
   void stop(const Status& reason);
 
-  const BackendOptions options_;
+  BackendOptions options_;
   std::shared_ptr<Fabric> fabric_;
   std::shared_ptr<CompletionSignal> signal_;
   std::atomic<bool> aborted_{false};
@@ -123,8 +158,8 @@ class MonarchBackend : public c10d::Backend {
   std::condition_variable queueChanged_;
   std::deque<QueuedOp> queue_;
   uint64_t nextSeq_ = 1;
+  uint64_t derivations_ = 0; // shrinks so far; makes derived channel ids unique
   bool stopping_ = false;
-  Status error_;
   std::thread worker_;
 };
 

@@ -12,6 +12,7 @@ namespace monarch {
 struct BackendOptions {
   std::chrono::milliseconds timeout{std::chrono::minutes(30)};
   std::string bindAddress; // empty: pick one (see defaultBindAddress)
+  std::chrono::milliseconds heartbeatTimeout{std::chrono::seconds(3)};
   AlgorithmConfig algorithms;
 };
 

@@ -2,13 +2,16 @@
 
 #include <cstring>
 
+#include "transport/connection.h"
+
 namespace monarch {
 
-void Channel::bindPeers(const std::vector<Connection*>& connectionByRank) {
+void Channel::bindPeers(const std::vector<std::shared_ptr<Connection>>& connectionByRank) {
   std::lock_guard<std::mutex> guard(mutex_);
   for (size_t rank = 0; rank < connectionByRank.size(); ++rank) {
-    if (connectionByRank[rank] != nullptr) {
-      rankByConnection_[connectionByRank[rank]] = static_cast<int>(rank);
+    if (connectionByRank[rank]) {
+      rankByConnection_[connectionByRank[rank].get()] = static_cast<int>(rank);
+      peers_.push_back(connectionByRank[rank]);
     }
   }
 }
@@ -130,12 +133,16 @@ void Channel::deliverUnexpected(Connection* from, const FrameHeader& header, std
   unexpected_[keyOf(from, header)].push_back(std::move(message));
 }
 
-void Channel::fail(const Status& status) {
+void Channel::fail(const Status& status, bool tellPeers) {
   std::vector<TransferPtr> pending;
+  std::vector<std::shared_ptr<Connection>> notify;
   {
     std::lock_guard<std::mutex> guard(mutex_);
     if (error_.ok()) {
       error_ = status;
+      if (tellPeers) {
+        notify = peers_;
+      }
     }
     for (auto& entry : posted_) {
       pending.insert(pending.end(), entry.second.begin(), entry.second.end());
@@ -150,6 +157,15 @@ void Channel::fail(const Status& status) {
   for (auto& transfer : pending) {
     transfer->complete(status, -1);
   }
+  if (!notify.empty()) {
+    std::string payload = encodeNotice(status);
+    FrameHeader header = makeControlHeader(FrameKind::kErrorNotice, id_, 0, payload.size());
+    for (auto& peer : notify) {
+      if (!peer->failed()) {
+        peer->sendControl(header, payload);
+      }
+    }
+  }
 }
 
 void Channel::peerFailed(Connection* connection, const std::string& reason) {
@@ -157,8 +173,8 @@ void Channel::peerFailed(Connection* connection, const std::string& reason) {
   if (rank < 0) {
     return; // not a member of this group
   }
-  fail(Status::error(
-      ErrorKind::kPeerFailure, {rank}, "lost rank " + std::to_string(rank) + ": " + reason));
+  fail(Status::error(ErrorKind::kPeerFailure, {rank}, "lost rank " + std::to_string(rank) + ": " + reason),
+       /*tellPeers=*/true);
 }
 
 Status Channel::departedStatus(int rank) {

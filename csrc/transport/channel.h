@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <set>
@@ -28,8 +29,9 @@ class Channel {
     return id_;
   }
 
-  // Tells the channel which group rank each connection serves.
-  void bindPeers(const std::vector<Connection*>& connectionByRank);
+  // Tells the channel which group rank each connection serves (null for
+  // this rank).
+  void bindPeers(const std::vector<std::shared_ptr<Connection>>& connectionByRank);
   int rankOf(Connection* connection);
 
   // Worker side. `from` is null for a receive from any source.
@@ -43,8 +45,10 @@ class Channel {
   void deliverUnexpected(Connection* from, const FrameHeader& header, std::vector<char> payload);
 
   // The group is broken: completes every posted receive with `status`, and
-  // fails every later one at once.
-  void fail(const Status& status);
+  // fails every later one at once. With `tellPeers`, the first failure is
+  // sent to every peer as an error notice, so that all ranks learn of a
+  // failure that only this one saw.
+  void fail(const Status& status, bool tellPeers);
   // A peer's connection broke.
   void peerFailed(Connection* connection, const std::string& reason);
   // A peer shut down in order: what it sent can still be received, but
@@ -79,6 +83,7 @@ class Channel {
   const uint64_t id_;
   std::mutex mutex_;
   std::unordered_map<Connection*, int> rankByConnection_;
+  std::vector<std::shared_ptr<Connection>> peers_;
   std::map<Key, std::deque<TransferPtr>> posted_;
   std::map<uint64_t, std::deque<TransferPtr>> postedAnySource_; // by tag
   std::map<Key, std::deque<Unexpected>> unexpected_;

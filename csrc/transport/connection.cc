@@ -20,13 +20,38 @@ constexpr size_t kDiscardChunk = 64 * 1024;
 } // namespace
 
 Connection::Connection(Socket socket, PeerIdentity peer, ChannelRegistry* channels, EventLoop* loop)
-    : socket_(std::move(socket)), peer_(std::move(peer)), channels_(channels), loop_(loop) {
+    : socket_(std::move(socket)),
+      peer_(std::move(peer)),
+      channels_(channels),
+      loop_(loop),
+      lastReceived_(Clock::now().time_since_epoch().count()),
+      lastSent_(Clock::now().time_since_epoch().count()) {
   setNonBlocking(socket_.fd(), true);
+}
+
+void Connection::checkLiveness(
+    Clock::time_point now, std::chrono::milliseconds interval, std::chrono::milliseconds timeout) {
+  if (failed_ || !started_) {
+    return;
+  }
+  auto silence = now - Clock::time_point(Clock::duration(lastReceived_.load()));
+  if (silence > timeout) {
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(silence).count();
+    fail("no heartbeat for " + std::to_string(ms) + " ms (peer dead, stopped, hung or cut off)");
+    return;
+  }
+  if (now - Clock::time_point(Clock::duration(lastSent_.load())) >= interval) {
+    sendControl(makeControlHeader(FrameKind::kHeartbeat, 0, 0, 0), {});
+  }
 }
 
 Connection::~Connection() = default;
 
 void Connection::start() {
+  if (started_.exchange(true)) {
+    return; // already serving another group
+  }
+  lastReceived_ = Clock::now().time_since_epoch().count();
   loop_->add(socket_.fd(), EPOLLIN, [self = this](uint32_t events) { self->onEvents(events); });
 }
 
@@ -102,6 +127,7 @@ std::vector<TransferPtr> Connection::flushLocked(std::string* error) {
       return finished;
     }
     head.sent += static_cast<size_t>(n);
+    lastSent_ = Clock::now().time_since_epoch().count();
     if (head.sent == headerBytes + head.bytes) {
       if (head.transfer) {
         finished.push_back(std::move(head.transfer));
@@ -181,6 +207,7 @@ bool Connection::readAvailable(std::string* error) {
       return false;
     }
     rxHave_ += static_cast<size_t>(n);
+    lastReceived_ = Clock::now().time_since_epoch().count();
     if (rxState_ == RxState::kHeader) {
       if (rxHave_ == sizeof(FrameHeader) && !onHeaderComplete(error)) {
         return false;
@@ -218,7 +245,7 @@ bool Connection::onHeaderComplete(std::string* error) {
         // Never write a mismatched payload into the tensor: fail the op now
         // and drop the bytes.
         rxTarget_->complete(rxTargetStatus_, -1);
-        rxChannel_->fail(rxTargetStatus_);
+        rxChannel_->fail(rxTargetStatus_, /*tellPeers=*/true);
         rxTarget_.reset();
         rxChannel_.reset();
       }
@@ -244,8 +271,13 @@ void Connection::onPayloadComplete() {
   } else if (rxChannel_ && kind == FrameKind::kErrorNotice) {
     Status notice = decodeNotice(std::string(rxBuffer_.begin(), rxBuffer_.end()));
     int origin = rxChannel_->rankOf(this);
+    if (notice.kind == ErrorKind::kAborted) {
+      // For the others, a rank that aborted is a failed peer.
+      notice.kind = ErrorKind::kPeerFailure;
+      notice.ranks = {origin};
+    }
     notice.message = "rank " + std::to_string(origin) + " reported: " + notice.message;
-    rxChannel_->fail(notice);
+    rxChannel_->fail(notice, /*tellPeers=*/false);
   }
   rxState_ = RxState::kHeader;
   rxHave_ = 0;

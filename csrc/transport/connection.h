@@ -40,6 +40,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // Event loop callback.
   void onEvents(uint32_t events);
+  // Event loop timer: sends a heartbeat when the link has been quiet for
+  // `interval`, and fails the link when nothing came from the peer for
+  // `timeout` (a dead, stopped, deadlocked or cut-off peer).
+  void checkLiveness(Clock::time_point now, std::chrono::milliseconds interval, std::chrono::milliseconds timeout);
 
   // Breaks the link: pending sends fail, every channel learns the peer is gone.
   void fail(const std::string& reason);
@@ -78,8 +82,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   const PeerIdentity peer_;
   ChannelRegistry* channels_;
   EventLoop* loop_;
+  std::atomic<bool> started_{false};
   std::atomic<bool> failed_{false};
   std::atomic<bool> peerSaidGoodbye_{false};
+  std::atomic<Clock::rep> lastReceived_;
+  std::atomic<Clock::rep> lastSent_;
 
   std::mutex sendMutex_;
   std::deque<Outgoing> sendQueue_;

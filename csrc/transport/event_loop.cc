@@ -26,6 +26,18 @@ EventLoop::~EventLoop() {
   stop();
 }
 
+void EventLoop::setTicker(std::chrono::milliseconds interval, std::function<void()> tick) {
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    tickInterval_ = interval;
+    tick_ = std::move(tick);
+    nextTick_ = Clock::now() + interval;
+  }
+  // Wake the loop so it starts timing out on the new interval.
+  uint64_t one = 1;
+  (void)!::write(wakeup_.fd(), &one, sizeof(one));
+}
+
 void EventLoop::add(int fd, uint32_t events, Handler handler) {
   {
     std::lock_guard<std::mutex> guard(mutex_);
@@ -69,13 +81,35 @@ void EventLoop::run() {
   constexpr int kMaxEvents = 64;
   epoll_event events[kMaxEvents];
   while (true) {
-    int n = ::epoll_wait(epoll_.fd(), events, kMaxEvents, -1);
+    int timeoutMs = -1;
+    std::function<void()> tick;
+    {
+      std::lock_guard<std::mutex> guard(mutex_);
+      if (stopping_) {
+        return;
+      }
+      if (tick_) {
+        auto now = Clock::now();
+        if (now >= nextTick_) {
+          tick = tick_;
+          nextTick_ = now + tickInterval_;
+        }
+        timeoutMs = static_cast<int>(
+            std::chrono::duration_cast<std::chrono::milliseconds>(nextTick_ - now).count()) + 1;
+      }
+    }
+    if (tick) {
+      tick();
+    }
+    int n = ::epoll_wait(epoll_.fd(), events, kMaxEvents, timeoutMs);
     if (n < 0 && errno != EINTR) {
       return;
     }
     for (int i = 0; i < n; ++i) {
       if (events[i].data.fd == wakeup_.fd()) {
-        return;
+        uint64_t drained;
+        (void)!::read(wakeup_.fd(), &drained, sizeof(drained));
+        continue;
       }
       std::shared_ptr<Handler> handler;
       {

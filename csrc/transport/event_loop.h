@@ -1,5 +1,6 @@
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -19,6 +20,9 @@ class EventLoop {
   EventLoop();
   ~EventLoop(); // stops the thread
 
+  // Calls `tick` on the loop thread about every `interval`.
+  void setTicker(std::chrono::milliseconds interval, std::function<void()> tick);
+
   void add(int fd, uint32_t events, Handler handler);
   void modify(int fd, uint32_t events);
   // Stops delivering events for `fd`; a handler call already running finishes.
@@ -34,6 +38,9 @@ class EventLoop {
   std::unordered_map<int, std::shared_ptr<Handler>> handlers_;
   std::thread thread_;
   bool stopping_ = false;
+  std::chrono::milliseconds tickInterval_{0}; // guarded by mutex_
+  std::function<void()> tick_;
+  Deadline nextTick_;
 };
 
 } // namespace monarch

@@ -73,17 +73,46 @@ std::string storeKey(const GroupIdentity& group, const std::string& what) {
 
 } // namespace
 
-Fabric::Fabric(const std::string& bindAddress)
+Fabric::Fabric(FabricOptions options)
     : endpointId_(randomU64()),
-      address_(bindAddress),
+      options_(std::move(options)),
+      address_(options_.bindAddress),
       stopEvent_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
   listener_ = listenOn(address_, &port_);
   setNonBlocking(listener_.fd(), true);
   acceptor_ = std::thread([this] { acceptLoop(); });
+  loop_.setTicker(options_.heartbeatTimeout / 5, [this] { checkLiveness(); });
+}
+
+void Fabric::checkLiveness() {
+  std::vector<std::shared_ptr<Connection>> connections;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    connections = connections_;
+  }
+  auto now = Clock::now();
+  for (auto& connection : connections) {
+    connection->checkLiveness(now, options_.heartbeatTimeout / 5, options_.heartbeatTimeout);
+  }
 }
 
 Fabric::~Fabric() {
   shutdown(false);
+}
+
+void Fabric::acquire() {
+  std::lock_guard<std::mutex> guard(mutex_);
+  ++leases_;
+}
+
+void Fabric::release(bool graceful) {
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (--leases_ > 0) {
+      return;
+    }
+  }
+  shutdown(graceful);
 }
 
 void Fabric::shutdown(bool graceful) {
@@ -140,21 +169,34 @@ std::vector<std::shared_ptr<Connection>> Fabric::connectGroup(
     }
   } unregister{this, &pending};
 
+  std::map<int, std::shared_ptr<Connection>> reused = reusableLinks(store, group);
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    for (int peer = group.rank + 1; peer < group.size; ++peer) {
+      if (reused.count(peer) == 0) {
+        pending.expected.insert(peer);
+      }
+    }
+  }
   // Only now may peers dial in: they learn our address from this key.
   store.set(storeKey(group, "addr/" + std::to_string(group.rank)), address_ + ":" + std::to_string(port_));
 
   std::vector<std::shared_ptr<Connection>> byRank(group.size);
+  for (auto& entry : reused) {
+    byRank[entry.first] = entry.second;
+  }
   for (int peer = 0; peer < group.rank; ++peer) {
-    byRank[peer] = dialPeer(store, pending, peer, deadline);
+    if (!byRank[peer]) {
+      byRank[peer] = dialPeer(store, pending, peer, deadline);
+    }
   }
   std::unique_lock<std::mutex> lock(mutex_);
-  int expected = group.size - group.rank - 1;
   bool complete = arrivals_.wait_until(lock, deadline, [&] {
-    return stopped_ || static_cast<int>(pending.arrived.size()) == expected;
+    return stopped_ || pending.arrived.size() == pending.expected.size();
   });
   if (!complete || stopped_) {
     std::vector<int> missing;
-    for (int peer = group.rank + 1; peer < group.size; ++peer) {
+    for (int peer : pending.expected) {
       if (pending.arrived.count(peer) == 0) {
         missing.push_back(peer);
       }
@@ -173,6 +215,60 @@ std::vector<std::shared_ptr<Connection>> Fabric::connectGroup(
     }
   }
   return byRank;
+}
+
+size_t Fabric::connectionCount() {
+  std::lock_guard<std::mutex> guard(mutex_);
+  size_t live = 0;
+  for (auto& connection : connections_) {
+    live += connection->failed() ? 0 : 1;
+  }
+  return live;
+}
+
+std::map<int, std::shared_ptr<Connection>> Fabric::reusableLinks(KeyValueStore& store, const GroupIdentity& group) {
+  // Each rank publishes its endpoint id, then which peers it still holds a
+  // live connection to; a link is reused only when both ends list each other,
+  // so that no rank waits for a dial its peer will not make.
+  store.set(storeKey(group, "endpoint/" + std::to_string(group.rank)), std::to_string(endpointId_));
+  std::map<int, std::shared_ptr<Connection>> candidates;
+  std::vector<std::shared_ptr<Connection>> live;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    for (auto& connection : connections_) {
+      if (!connection->failed()) {
+        live.push_back(connection);
+      }
+    }
+  }
+  if (!live.empty()) {
+    for (int peer = 0; peer < group.size; ++peer) {
+      if (peer == group.rank) {
+        continue;
+      }
+      uint64_t endpoint = std::stoull(store.get(storeKey(group, "endpoint/" + std::to_string(peer))));
+      for (auto& connection : live) {
+        if (connection->peer().endpointId == endpoint) {
+          candidates[peer] = connection;
+          break;
+        }
+      }
+    }
+  }
+  std::string reachable;
+  for (auto& entry : candidates) {
+    reachable += std::to_string(entry.first) + ",";
+  }
+  store.set(storeKey(group, "reach/" + std::to_string(group.rank)), reachable);
+  std::map<int, std::shared_ptr<Connection>> reused;
+  const std::string me = std::to_string(group.rank);
+  for (auto& entry : candidates) {
+    std::string theirs = "," + store.get(storeKey(group, "reach/" + std::to_string(entry.first)));
+    if (theirs.find("," + me + ",") != std::string::npos) {
+      reused.insert(entry);
+    }
+  }
+  return reused;
 }
 
 std::shared_ptr<Connection> Fabric::dialPeer(
@@ -293,7 +389,7 @@ void Fabric::admit(PendingHandshake& handshake) {
       continue;
     }
     verdict = validateHandshake(hs, candidate->token.data(), hs.groupHash, hs.epoch, candidate->group.size);
-    if (verdict.ok() && (hs.rank <= candidate->group.rank || candidate->arrived.count(hs.rank) != 0)) {
+    if (verdict.ok() && (candidate->expected.count(hs.rank) == 0 || candidate->arrived.count(hs.rank) != 0)) {
       verdict = Status::error(ErrorKind::kProtocol, {}, "handshake rejected: unexpected or duplicate rank " + std::to_string(hs.rank));
     }
     group = candidate;

@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -30,9 +31,16 @@ struct GroupIdentity {
 // One endpoint of a job: a listening socket, the TCP connections to peer
 // endpoints, the event loop that drives them and the channels (groups)
 // multiplexed over them. Groups derived from one another share an endpoint.
+struct FabricOptions {
+  std::string bindAddress;
+  // A peer silent for this long is declared failed. Heartbeats go out at a
+  // fifth of it, so several may be lost or late before that happens.
+  std::chrono::milliseconds heartbeatTimeout{std::chrono::seconds(3)};
+};
+
 class Fabric {
  public:
-  explicit Fabric(const std::string& bindAddress);
+  explicit Fabric(FabricOptions options);
   ~Fabric();
   Fabric(const Fabric&) = delete;
   Fabric& operator=(const Fabric&) = delete;
@@ -43,12 +51,20 @@ class Fabric {
   ChannelRegistry& channels() {
     return channels_;
   }
+  // Live connections (for tests and diagnostics).
+  size_t connectionCount();
 
   // Connects every pair of ranks of a group through `store` and returns the
-  // connection to each rank (null for this rank). Throws std::runtime_error
-  // naming the ranks that did not show up before `deadline`.
+  // connection to each rank (null for this rank). A live connection to a
+  // peer endpoint that both sides still hold is reused; only new pairs
+  // connect. Throws std::runtime_error naming the ranks that did not show up
+  // before `deadline`.
   std::vector<std::shared_ptr<Connection>> connectGroup(
       KeyValueStore& store, const GroupIdentity& group, Deadline deadline);
+
+  // Groups sharing the endpoint hold a lease; the last release shuts it down.
+  void acquire();
+  void release(bool graceful);
 
   // Stops the threads and closes every socket. A graceful shutdown first
   // tells each peer goodbye, so that it does not take this for a failure.
@@ -59,6 +75,7 @@ class Fabric {
   struct PendingGroup {
     GroupIdentity group;
     std::array<uint8_t, kTokenBytes> token;
+    std::set<int> expected; // ranks that will dial us
     std::map<int, std::shared_ptr<Connection>> arrived;
   };
   struct PendingHandshake {
@@ -69,6 +86,8 @@ class Fabric {
     std::string address;
   };
 
+  // Peers whose live connection both sides agree to reuse, by rank.
+  std::map<int, std::shared_ptr<Connection>> reusableLinks(KeyValueStore& store, const GroupIdentity& group);
   void acceptLoop();
   void acceptNew(std::vector<PendingHandshake>& pending);
   // Returns true when the handshake finished (accepted or rejected).
@@ -78,7 +97,10 @@ class Fabric {
       KeyValueStore& store, const PendingGroup& pending, int peer, Deadline deadline);
   std::shared_ptr<Connection> adopt(Socket socket, const Handshake& peer, const std::string& address);
 
+  void checkLiveness();
+
   const uint64_t endpointId_;
+  const FabricOptions options_;
   std::string address_;
   uint16_t port_ = 0;
   Socket listener_;
@@ -92,6 +114,7 @@ class Fabric {
   std::vector<std::shared_ptr<Connection>> connections_;
   std::thread acceptor_;
   bool stopped_ = false;
+  int leases_ = 0;
 };
 
 } // namespace monarch

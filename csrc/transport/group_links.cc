@@ -20,11 +20,7 @@ GroupLinks::GroupLinks(
       aborted_(aborted),
       sendSteps_(connections_.size(), 0),
       recvSteps_(connections_.size(), 0) {
-  std::vector<Connection*> raw;
-  for (auto& connection : connections_) {
-    raw.push_back(connection.get());
-  }
-  channel_->bindPeers(raw);
+  channel_->bindPeers(connections_);
 }
 
 void GroupLinks::beginOp(uint64_t seq, const OpSignature& signature, Deadline deadline, std::shared_ptr<void> keepalive) {
@@ -143,16 +139,6 @@ void GroupLinks::waitTransfer(const TransferPtr& transfer) {
   throw OpFailure(Status::error(
       ErrorKind::kTimeout, peer >= 0 ? std::vector<int>{peer} : std::vector<int>{},
       "timed out " + what + (peer >= 0 ? " rank " + std::to_string(peer) : std::string(" any rank"))));
-}
-
-void GroupLinks::broadcastErrorNotice(uint64_t seq, const Status& status) {
-  std::string payload = encodeNotice(status);
-  FrameHeader header = makeControlHeader(FrameKind::kErrorNotice, channel_->id(), seq, payload.size());
-  for (auto& connection : connections_) {
-    if (connection && !connection->failed()) {
-      connection->sendControl(header, payload);
-    }
-  }
 }
 
 } // namespace monarch

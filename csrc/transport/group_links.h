@@ -51,9 +51,6 @@ class GroupLinks : public Links {
       int peer, uint64_t tag, const OpSignature& signature, void* data, size_t bytes,
       std::shared_ptr<void> keepalive, Completion onComplete);
 
-  // Tells every peer that this rank's op failed, so they stop waiting for it.
-  void broadcastErrorNotice(uint64_t seq, const Status& status);
-
   Channel& channel() {
     return *channel_;
   }

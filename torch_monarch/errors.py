@@ -1,0 +1,54 @@
+"""Exceptions raised by monarch process groups.
+
+All subclass ``torch.distributed.DistBackendError``, so code written for
+NCCL or Gloo errors keeps working; ``.failed_ranks`` names the group ranks
+involved. The C++ backend raises these types directly (see
+csrc/python/bindings.cc).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from torch.distributed import DistBackendError
+
+__all__ = [
+    "MonarchError",
+    "PeerFailureError",
+    "CollectiveTimeoutError",
+    "AbortedError",
+    "CollectiveMismatchError",
+    "ProtocolError",
+]
+
+
+class MonarchError(DistBackendError):
+    """Base of torch_monarch's errors. ``failed_ranks``: group ranks involved."""
+
+    def __init__(self, message: str, failed_ranks: Sequence[int] = ()) -> None:
+        super().__init__(message)
+        self.failed_ranks: list[int] = sorted(set(failed_ranks))
+
+    def __reduce__(self) -> tuple[type, tuple[str, list[int]]]:
+        # Keeps the type and ranks when sent between processes.
+        return (type(self), (str(self), self.failed_ranks))
+
+
+class PeerFailureError(MonarchError):
+    """A peer process died, hung, aborted or was cut off."""
+
+
+class CollectiveTimeoutError(MonarchError):
+    """An op did not finish within its timeout; ``failed_ranks`` had not joined it."""
+
+
+class AbortedError(MonarchError):
+    """The group was aborted on this rank."""
+
+
+class CollectiveMismatchError(MonarchError):
+    """Ranks called different ops, sizes, dtypes, roots or reduce ops at one sequence number."""
+
+
+class ProtocolError(MonarchError):
+    """Corrupt or unexpected bytes on a link."""
