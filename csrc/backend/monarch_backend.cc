@@ -230,7 +230,7 @@ void MonarchBackend::runOp(QueuedOp& op) {
       return;
     }
     if (status.kind == ErrorKind::kTimeout) {
-      status.message = "timed out after " + std::to_string(op.timeout.count()) + " ms: " + status.message;
+      explainTimeout(op, status);
     }
   }
   status.message = "rank " + std::to_string(rank_) + ": " + op.signature.describe() + " (sequence number " +
@@ -238,6 +238,15 @@ void MonarchBackend::runOp(QueuedOp& op) {
   // The group is broken from now on; the peers learn it from the notice.
   links_->channel().fail(status, /*tellPeers=*/true);
   op.work->markFailed(status);
+}
+
+void MonarchBackend::explainTimeout(const QueuedOp& op, Status& status) {
+  // Bounded: a hung peer does not answer, and counts as not joined.
+  auto deadline = Clock::now() + std::min(options_.heartbeatTimeout / 2, std::chrono::milliseconds(1000));
+  std::vector<int> behind = links_->channel().ranksBehind(op.seq, deadline);
+  status.ranks = behind;
+  status.message = "timed out after " + std::to_string(op.timeout.count()) + " ms; ranks " + formatRanks(behind) +
+      " had not joined this op (" + status.message + ")";
 }
 
 Status MonarchBackend::error() {

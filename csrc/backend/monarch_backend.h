@@ -143,6 +143,8 @@ class MonarchBackend : public c10d::Backend {
   std::chrono::milliseconds timeoutFor(std::chrono::milliseconds requested) const;
   void workerLoop();
   void runOp(QueuedOp& op);
+  // Names the ranks that had not started the op that timed out.
+  void explainTimeout(const QueuedOp& op, Status& status);
   // A group over a subset of this group's ranks, on the same links.
   c10::intrusive_ptr<MonarchBackend> derive(const std::vector<int>& members, uint64_t channelId);
   void stop(const Status& reason);

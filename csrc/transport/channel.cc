@@ -1,5 +1,6 @@
 #include "transport/channel.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "transport/connection.h"
@@ -200,6 +201,44 @@ void Channel::peerDeparted(Connection* connection) {
   for (auto& transfer : pending) {
     transfer->complete(departedStatus(rank), -1);
   }
+}
+
+std::vector<int> Channel::ranksBehind(uint64_t seq, Deadline deadline) {
+  std::vector<std::shared_ptr<Connection>> peers;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    progressReplies_.clear();
+    peers = peers_;
+  }
+  FrameHeader query = makeControlHeader(FrameKind::kProgressQuery, id_, seq, 0);
+  for (auto& peer : peers) {
+    if (!peer->failed()) {
+      peer->sendControl(query, {});
+    }
+  }
+  std::unique_lock<std::mutex> lock(mutex_);
+  repliesChanged_.wait_until(lock, deadline, [&] { return progressReplies_.size() == peers.size(); });
+  std::vector<int> behind;
+  for (auto& entry : rankByConnection_) {
+    auto reply = progressReplies_.find(entry.second);
+    if (reply == progressReplies_.end() || reply->second < seq) {
+      behind.push_back(entry.second);
+    }
+  }
+  std::sort(behind.begin(), behind.end());
+  return behind;
+}
+
+void Channel::onProgressReply(Connection* from, uint64_t seq) {
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    auto it = rankByConnection_.find(from);
+    if (it == rankByConnection_.end()) {
+      return;
+    }
+    progressReplies_[it->second] = seq;
+  }
+  repliesChanged_.notify_all();
 }
 
 bool Channel::errored(Status* status) {

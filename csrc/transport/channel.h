@@ -1,5 +1,7 @@
 #pragma once
 
+#include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -11,6 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "transport/socket.h"
 #include "transport/transfer.h"
 
 namespace monarch {
@@ -54,6 +57,19 @@ class Channel {
   // A peer shut down in order: what it sent can still be received, but
   // nothing more will come from it.
   void peerDeparted(Connection* connection);
+  // The last op this rank started on the channel, answered to peers'
+  // progress queries.
+  void setProgress(uint64_t seq) {
+    progress_ = seq;
+  }
+  uint64_t progress() const {
+    return progress_;
+  }
+  // Asks every peer which op it has reached. Returns the ranks that have not
+  // started op `seq`, counting those that do not answer by `deadline`.
+  std::vector<int> ranksBehind(uint64_t seq, Deadline deadline);
+  void onProgressReply(Connection* from, uint64_t seq);
+
   // True once the group is broken; fills `status` with why.
   bool errored(Status* status);
 
@@ -81,7 +97,10 @@ class Channel {
   void fulfil(const TransferPtr& transfer, Connection* from, Unexpected& message);
 
   const uint64_t id_;
+  std::atomic<uint64_t> progress_{0};
   std::mutex mutex_;
+  std::condition_variable repliesChanged_;
+  std::map<int, uint64_t> progressReplies_;
   std::unordered_map<Connection*, int> rankByConnection_;
   std::vector<std::shared_ptr<Connection>> peers_;
   std::map<Key, std::deque<TransferPtr>> posted_;

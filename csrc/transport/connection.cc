@@ -232,7 +232,7 @@ bool Connection::onHeaderComplete(std::string* error) {
   if (kind == FrameKind::kGoodbye) {
     peerSaidGoodbye_ = true;
   }
-  bool perChannel = kind == FrameKind::kData || kind == FrameKind::kErrorNotice;
+  bool perChannel = kind != FrameKind::kHeartbeat && kind != FrameKind::kGoodbye;
   rxChannel_ = perChannel ? channels_->forIncoming(rxHeader_.channel) : nullptr;
   rxTarget_.reset();
   rxTargetStatus_ = Status();
@@ -268,6 +268,10 @@ void Connection::onPayloadComplete() {
     rxTarget_->complete({}, rxChannel_->rankOf(this));
   } else if (rxChannel_ && kind == FrameKind::kData) {
     rxChannel_->deliverUnexpected(this, rxHeader_, std::move(rxBuffer_));
+  } else if (rxChannel_ && kind == FrameKind::kProgressQuery) {
+    sendControl(makeControlHeader(FrameKind::kProgressReply, rxHeader_.channel, rxChannel_->progress(), 0), {});
+  } else if (rxChannel_ && kind == FrameKind::kProgressReply) {
+    rxChannel_->onProgressReply(this, rxHeader_.seq);
   } else if (rxChannel_ && kind == FrameKind::kErrorNotice) {
     Status notice = decodeNotice(std::string(rxBuffer_.begin(), rxBuffer_.end()));
     int origin = rxChannel_->rankOf(this);

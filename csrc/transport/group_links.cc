@@ -25,6 +25,7 @@ GroupLinks::GroupLinks(
 
 void GroupLinks::beginOp(uint64_t seq, const OpSignature& signature, Deadline deadline, std::shared_ptr<void> keepalive) {
   seq_ = seq;
+  channel_->setProgress(seq);
   signature_ = signature;
   deadline_ = deadline;
   keepalive_ = std::move(keepalive);

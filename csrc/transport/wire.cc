@@ -131,6 +131,8 @@ Status validateHeader(const FrameHeader& header) {
       return {};
     case FrameKind::kHeartbeat:
     case FrameKind::kGoodbye:
+    case FrameKind::kProgressQuery:
+    case FrameKind::kProgressReply:
       if (header.payloadBytes != 0) {
         return corrupt("control frame with payload");
       }

@@ -66,6 +66,8 @@ enum class FrameKind : uint8_t {
   kErrorNotice = 2, // sender's op on this channel failed; payload says why
   kHeartbeat = 3,
   kGoodbye = 4, // orderly shutdown: the sender sends nothing after this
+  kProgressQuery = 5, // "which op of this channel have you reached?"
+  kProgressReply = 6, // seq = the last op the sender started on the channel
 };
 
 constexpr uint8_t kFramePointToPoint = 0x1;
