@@ -168,7 +168,7 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::allgather(
   }
   at::Tensor flat = at::empty({size_ * input.numel()}, input.options());
   size_t count = wireCount(input);
-  size_t elem = input.nbytes() / std::max<size_t>(1, count);
+  size_t elem = wireElementBytes(input);
   auto config = options_.algorithms;
   int r = rank_, n = size_;
   std::vector<at::Tensor> keep = outputs[0];
@@ -224,7 +224,7 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::allgather_into_tensor_coalesced(
             mine.copy_(inputs[i].reshape({-1}));
           }
           size_t count = wireCount(inputs[i]);
-          size_t elem = inputs[i].nbytes() / std::max<size_t>(1, count);
+          size_t elem = wireElementBytes(inputs[i]);
           ::monarch::allgather(links, flat.data_ptr(), Partition::fromCounts(std::vector<size_t>(n, count)), elem, config);
           copyBackIfStaged(outs[i], buffers[i]);
         }
@@ -249,7 +249,7 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::allgather_coalesced(
   int64_t perRank = mine.numel();
   at::Tensor flat = at::empty({size_ * perRank}, mine.options());
   size_t count = wireCount(mine);
-  size_t elem = mine.nbytes() / std::max<size_t>(1, count);
+  size_t elem = wireElementBytes(mine);
   auto config = options_.algorithms;
   int r = rank_, n = size_;
   std::vector<at::Tensor> outputs;

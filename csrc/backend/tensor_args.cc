@@ -53,6 +53,10 @@ uint64_t wireCount(const at::Tensor& tensor) {
   return knownType(tensor.scalar_type()) ? tensor.numel() : tensor.nbytes();
 }
 
+size_t wireElementBytes(const at::Tensor& tensor) {
+  return knownType(tensor.scalar_type()) ? tensor.element_size() : 1;
+}
+
 DataType reducibleType(const at::Tensor& tensor, const char* op) {
   auto type = knownType(tensor.scalar_type());
   TORCH_CHECK_TYPE(type.has_value(), op, ": dtype ", tensor.scalar_type(), " cannot be reduced by the monarch backend");

@@ -20,6 +20,8 @@ namespace monarch {
 DataType wireType(const at::Tensor& tensor);
 // Elements as counted on the wire for `tensor` (bytes when it travels as bytes).
 uint64_t wireCount(const at::Tensor& tensor);
+// Bytes of one such element; never zero, even for an empty tensor.
+size_t wireElementBytes(const at::Tensor& tensor);
 // Like wireType, but only for dtypes the reduction kernels know.
 DataType reducibleType(const at::Tensor& tensor, const char* op);
 

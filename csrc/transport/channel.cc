@@ -37,7 +37,7 @@ void Channel::fulfil(const TransferPtr& transfer, Connection* from, Unexpected& 
   Status status = checkFrameMatches(
       message.header, transfer->signature, transfer->bytes, rank, transfer->seq);
   if (status.ok() && transfer->bytes > 0) {
-    std::memcpy(transfer->data, message.payload.data(), transfer->bytes);
+    std::memcpy(transfer->data, message.payload.get(), transfer->bytes);
   }
   transfer->complete(std::move(status), rank);
 }
@@ -118,7 +118,7 @@ TransferPtr Channel::claimPostedLocked(Connection* from, const FrameHeader& head
   return nullptr;
 }
 
-void Channel::deliverUnexpected(Connection* from, const FrameHeader& header, std::vector<char> payload) {
+void Channel::deliverUnexpected(Connection* from, const FrameHeader& header, std::unique_ptr<char[]> payload) {
   Unexpected message{header, std::move(payload)};
   std::unique_lock<std::mutex> lock(mutex_);
   if (!error_.ok()) {

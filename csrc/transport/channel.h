@@ -45,7 +45,7 @@ class Channel {
   // is posted yet.
   TransferPtr claimPosted(Connection* from, const FrameHeader& header);
   // I/O side, once a frame that had no posted receive has been read whole.
-  void deliverUnexpected(Connection* from, const FrameHeader& header, std::vector<char> payload);
+  void deliverUnexpected(Connection* from, const FrameHeader& header, std::unique_ptr<char[]> payload);
 
   // The group is broken: completes every posted receive with `status`, and
   // fails every later one at once. With `tellPeers`, the first failure is
@@ -86,7 +86,7 @@ class Channel {
   };
   struct Unexpected {
     FrameHeader header;
-    std::vector<char> payload;
+    std::unique_ptr<char[]> payload; // header.payloadBytes long
   };
 
   static Status departedStatus(int rank);

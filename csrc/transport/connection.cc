@@ -184,8 +184,8 @@ bool Connection::readAvailable(std::string* error) {
     } else if (rxTarget_ && rxTargetStatus_.ok()) {
       dest = static_cast<char*>(rxTarget_->data) + rxHave_;
       want = rxHeader_.payloadBytes - rxHave_;
-    } else if (!rxBuffer_.empty()) {
-      dest = rxBuffer_.data() + rxHave_;
+    } else if (rxBuffer_) {
+      dest = rxBuffer_.get() + rxHave_;
       want = rxHeader_.payloadBytes - rxHave_;
     } else {
       dest = discard;
@@ -252,9 +252,9 @@ bool Connection::onHeaderComplete(std::string* error) {
     }
   }
   bool keepPayload = rxChannel_ && !rxTarget_;
-  rxBuffer_.clear();
+  rxBuffer_.reset();
   if (keepPayload && rxHeader_.payloadBytes > 0) {
-    rxBuffer_.resize(rxHeader_.payloadBytes);
+    rxBuffer_.reset(new char[rxHeader_.payloadBytes]); // no zero fill: it is overwritten
   }
   if (rxHeader_.payloadBytes == 0) {
     onPayloadComplete();
@@ -273,7 +273,7 @@ void Connection::onPayloadComplete() {
   } else if (rxChannel_ && kind == FrameKind::kProgressReply) {
     rxChannel_->onProgressReply(this, rxHeader_.seq);
   } else if (rxChannel_ && kind == FrameKind::kErrorNotice) {
-    Status notice = decodeNotice(std::string(rxBuffer_.begin(), rxBuffer_.end()));
+    Status notice = decodeNotice(rxBuffer_ ? std::string(rxBuffer_.get(), rxHeader_.payloadBytes) : std::string());
     int origin = rxChannel_->rankOf(this);
     if (notice.kind == ErrorKind::kAborted) {
       // For the others, a rank that aborted is a failed peer.
@@ -287,7 +287,7 @@ void Connection::onPayloadComplete() {
   rxHave_ = 0;
   rxTarget_.reset();
   rxChannel_.reset();
-  rxBuffer_ = std::vector<char>();
+  rxBuffer_.reset();
 }
 
 void Connection::fail(const std::string& reason) {

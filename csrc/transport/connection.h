@@ -100,7 +100,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::shared_ptr<Channel> rxChannel_; // null: discard the payload
   TransferPtr rxTarget_; // posted receive being filled, if any
   Status rxTargetStatus_; // whether the target matched the header
-  std::vector<char> rxBuffer_; // payload without a posted receive
+  std::unique_ptr<char[]> rxBuffer_; // payload without a posted receive
 };
 
 } // namespace monarch
