@@ -3,45 +3,68 @@
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 from typing import Any, Optional
 
 import torch.distributed as dist
 
 from torch_monarch.options import Options
 
-__all__ = ["BACKEND_NAME", "register"]
+__all__ = ["BACKEND_NAME", "new_backend", "register"]
 
 BACKEND_NAME = "monarch"
 
 logger: logging.Logger = logging.getLogger(__name__)
 
 
-def _create_backend(dist_options: Any, pg_options: Optional[Options]) -> Any:
-    """Creator called by torch.distributed for every new monarch group."""
-    if pg_options is None:
-        pg_options = Options()
-    if not isinstance(pg_options, Options):
-        raise TypeError(
-            f"pg_options for the monarch backend must be torch_monarch.Options, got {type(pg_options).__name__}"
-        )
-    options = pg_options.with_env_overrides()
-    timeout = options.timeout if options.timeout is not None else dist_options.timeout
+def new_backend(
+    store: dist.Store,
+    rank: int,
+    size: int,
+    group_name: str,
+    timeout: timedelta,
+    options: Optional[Options] = None,
+) -> Any:
+    """Joins a new monarch group on a fresh endpoint and returns its backend.
+
+    Blocks until every rank of the group has connected through ``store`` (or
+    ``timeout`` passes). ``options`` get their ``MONARCH_*`` environment
+    overrides applied here; ``options.timeout``, when set, wins over ``timeout``.
+    The returned ``torch_monarch._C.MonarchBackend`` is a ``c10d.Backend``.
+    """
+    resolved = (options if options is not None else Options()).with_env_overrides()
+    op_timeout = resolved.timeout if resolved.timeout is not None else timeout
     # The extension is loaded only now, so that `import torch` stays cheap.
     from torch_monarch import _C
 
-    logger.debug(
-        "creating monarch group %s rank %d/%d", dist_options.group_id, dist_options.group_rank, dist_options.group_size
-    )
+    logger.debug("creating monarch group %s rank %d/%d", group_name, rank, size)
     return _C.create_backend(
+        store=store,
+        rank=rank,
+        size=size,
+        group_name=group_name,
+        timeout=op_timeout,
+        heartbeat_timeout=resolved.heartbeat_timeout,
+        transport=resolved.transport,
+        bind_address=resolved.bind_address,
+        small_message_bytes=resolved.small_message_bytes,
+        chunk_bytes=resolved.chunk_bytes,
+    )
+
+
+def _create_backend(dist_options: Any, pg_options: Optional[Options]) -> Any:
+    """Creator called by torch.distributed for every new monarch group."""
+    if pg_options is not None and not isinstance(pg_options, Options):
+        raise TypeError(
+            f"pg_options for the monarch backend must be torch_monarch.Options, got {type(pg_options).__name__}"
+        )
+    return new_backend(
         store=dist_options.store,
         rank=dist_options.group_rank,
         size=dist_options.group_size,
         group_name=str(dist_options.group_id),
-        timeout=timeout,
-        heartbeat_timeout=options.heartbeat_timeout,
-        bind_address=options.bind_address,
-        small_message_bytes=options.small_message_bytes,
-        chunk_bytes=options.chunk_bytes,
+        timeout=dist_options.timeout,
+        options=pg_options,
     )
 
 

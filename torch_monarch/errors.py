@@ -8,7 +8,7 @@ csrc/python/bindings.cc).
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Optional, Sequence
 
 from torch.distributed import DistBackendError
 
@@ -19,6 +19,7 @@ __all__ = [
     "AbortedError",
     "CollectiveMismatchError",
     "ProtocolError",
+    "error_from_info",
 ]
 
 
@@ -52,3 +53,24 @@ class CollectiveMismatchError(MonarchError):
 
 class ProtocolError(MonarchError):
     """Corrupt or unexpected bytes on a link."""
+
+
+# Kind names as MonarchBackend.error_info() reports them (csrc/common/status.cc).
+_KIND_TO_CLASS: dict[str, type[MonarchError]] = {
+    "peer failure": PeerFailureError,
+    "timeout": CollectiveTimeoutError,
+    "aborted": AbortedError,
+    "collective mismatch": CollectiveMismatchError,
+    "protocol error": ProtocolError,
+}
+
+
+def error_from_info(info: Optional[tuple[str, Sequence[int], str]]) -> Optional[MonarchError]:
+    """The typed error for a backend's ``error_info()``; None while it is healthy.
+
+    Unknown kinds map to the base ``MonarchError`` rather than being dropped.
+    """
+    if info is None:
+        return None
+    kind, ranks, message = info
+    return _KIND_TO_CLASS.get(kind, MonarchError)(message, ranks)

@@ -27,6 +27,9 @@ class Options:
             every fifth of it. The default of 3 s rides out scheduler stalls
             on a loaded host yet turns a hung peer into an error in seconds,
             minutes before any op timeout would.
+        transport: "auto" moves large payloads between processes on one
+            host by a single-copy remote read (process_vm_readv) and
+            everything else over TCP; "tcp" sends every byte over TCP.
         bind_address: address peers use to reach this process; empty picks
             the address the host name resolves to, else loopback.
         small_message_bytes: messages up to this size use latency-optimal
@@ -36,6 +39,7 @@ class Options:
 
     timeout: Optional[timedelta] = None
     heartbeat_timeout: float = 3.0
+    transport: str = "auto"
     bind_address: str = ""
     small_message_bytes: int = 64 * 1024
     chunk_bytes: int = 512 * 1024
@@ -57,6 +61,8 @@ class Options:
             raise ValueError(f"Options.timeout must be positive, got {self.timeout}")
         if self.heartbeat_timeout <= 0:
             raise ValueError(f"Options.heartbeat_timeout must be positive, got {self.heartbeat_timeout}")
+        if self.transport not in ("auto", "tcp"):
+            raise ValueError(f"Options.transport must be 'auto' or 'tcp', got {self.transport!r}")
         if self.small_message_bytes < 0:
             raise ValueError(f"Options.small_message_bytes must be >= 0, got {self.small_message_bytes}")
         if self.chunk_bytes <= 0:

@@ -22,6 +22,7 @@ c10::intrusive_ptr<MonarchBackend> MonarchBackend::join(
   FabricOptions fabricOptions;
   fabricOptions.bindAddress = options.bindAddress.empty() ? defaultBindAddress() : options.bindAddress;
   fabricOptions.heartbeatTimeout = options.heartbeatTimeout;
+  fabricOptions.allowRemoteRead = options.allowRemoteRead;
   Membership membership;
   membership.rank = rank;
   membership.channelId = fnv1a64(groupName.data(), groupName.size());

@@ -13,6 +13,7 @@ struct BackendOptions {
   std::chrono::milliseconds timeout{std::chrono::minutes(30)};
   std::string bindAddress; // empty: pick one (see defaultBindAddress)
   std::chrono::milliseconds heartbeatTimeout{std::chrono::seconds(3)};
+  bool allowRemoteRead = true; // false: MONARCH_TRANSPORT=tcp
   AlgorithmConfig algorithms;
 };
 

@@ -25,6 +25,7 @@ c10::intrusive_ptr<MonarchBackend> createBackend(
     const std::string& groupName,
     std::chrono::milliseconds timeout,
     double heartbeatTimeoutSeconds,
+    const std::string& transport,
     const std::string& bindAddress,
     size_t smallMessageBytes,
     size_t chunkBytes) {
@@ -32,6 +33,7 @@ c10::intrusive_ptr<MonarchBackend> createBackend(
   options.timeout = timeout;
   options.heartbeatTimeout = std::chrono::milliseconds(static_cast<int64_t>(heartbeatTimeoutSeconds * 1000));
   options.bindAddress = bindAddress;
+  options.allowRemoteRead = transport != "tcp";
   options.algorithms.smallMessageBytes = smallMessageBytes;
   options.algorithms.chunkBytes = chunkBytes;
   py::gil_scoped_release release;
@@ -114,7 +116,7 @@ PYBIND11_MODULE(_C, module) {
 
   module.def(
       "create_backend", &monarch::createBackend, py::arg("store"), py::arg("rank"), py::arg("size"),
-      py::arg("group_name"), py::arg("timeout"), py::arg("heartbeat_timeout"), py::arg("bind_address"),
+      py::arg("group_name"), py::arg("timeout"), py::arg("heartbeat_timeout"), py::arg("transport"), py::arg("bind_address"),
       py::arg("small_message_bytes"), py::arg("chunk_bytes"));
   monarch::bindFrameProbe(module);
 }

@@ -17,6 +17,11 @@ void Channel::bindPeers(const std::vector<std::shared_ptr<Connection>>& connecti
   }
 }
 
+void Channel::setSignal(const std::shared_ptr<CompletionSignal>& signal) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  signal_ = signal;
+}
+
 int Channel::rankOf(Connection* connection) {
   std::lock_guard<std::mutex> guard(mutex_);
   auto it = rankByConnection_.find(connection);
@@ -34,10 +39,20 @@ Channel::Key Channel::keyOf(Connection* from, const Transfer& transfer) {
 
 void Channel::fulfil(const TransferPtr& transfer, Connection* from, Unexpected& message) {
   int rank = rankOf(from);
-  Status status = checkFrameMatches(
-      message.header, transfer->signature, transfer->bytes, rank, transfer->seq);
-  if (status.ok() && transfer->bytes > 0) {
-    std::memcpy(transfer->data, message.payload.get(), transfer->bytes);
+  Status status;
+  if (message.header.flags & kFrameRemoteRead) {
+    RemoteRegion region;
+    std::memcpy(&region, message.payload.get(), sizeof(region));
+    status = from->completeRemoteRead(message.header, region, *transfer, rank);
+  } else {
+    status = checkFrameMatches(
+        message.header, message.header.payloadBytes, transfer->signature, transfer->bytes, rank, transfer->seq);
+    if (status.ok() && transfer->bytes > 0) {
+      std::memcpy(transfer->data, message.payload.get(), transfer->bytes);
+    }
+  }
+  if (status.kind == ErrorKind::kMismatch) {
+    fail(status, /*tellPeers=*/true);
   }
   transfer->complete(std::move(status), rank);
 }
@@ -141,6 +156,7 @@ void Channel::fail(const Status& status, bool tellPeers) {
     std::lock_guard<std::mutex> guard(mutex_);
     if (error_.ok()) {
       error_ = status;
+      broken_ = true;
       if (tellPeers) {
         notify = peers_;
       }
@@ -157,6 +173,11 @@ void Channel::fail(const Status& status, bool tellPeers) {
   }
   for (auto& transfer : pending) {
     transfer->complete(status, -1);
+  }
+  if (auto signal = signal_.lock()) {
+    // Wakes a waiter whose send may never be acknowledged now.
+    { std::lock_guard<std::mutex> guard(signal->mutex); }
+    signal->cv.notify_all();
   }
   if (!notify.empty()) {
     std::string payload = encodeNotice(status);

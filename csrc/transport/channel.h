@@ -70,6 +70,12 @@ class Channel {
   std::vector<int> ranksBehind(uint64_t seq, Deadline deadline);
   void onProgressReply(Connection* from, uint64_t seq);
 
+  // Waiters on this group's transfers, woken when the channel fails.
+  void setSignal(const std::shared_ptr<CompletionSignal>& signal);
+  bool broken() const {
+    return broken_.load();
+  }
+
   // True once the group is broken; fills `status` with why.
   bool errored(Status* status);
 
@@ -98,6 +104,8 @@ class Channel {
 
   const uint64_t id_;
   std::atomic<uint64_t> progress_{0};
+  std::atomic<bool> broken_{false};
+  std::weak_ptr<CompletionSignal> signal_;
   std::mutex mutex_;
   std::condition_variable repliesChanged_;
   std::map<int, uint64_t> progressReplies_;

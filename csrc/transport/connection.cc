@@ -19,13 +19,15 @@ constexpr size_t kDiscardChunk = 64 * 1024;
 
 } // namespace
 
-Connection::Connection(Socket socket, PeerIdentity peer, ChannelRegistry* channels, EventLoop* loop)
+Connection::Connection(
+    Socket socket, PeerIdentity peer, ChannelRegistry* channels, EventLoop* loop, size_t remoteReadMinBytes)
     : socket_(std::move(socket)),
       peer_(std::move(peer)),
       channels_(channels),
       loop_(loop),
       lastReceived_(Clock::now().time_since_epoch().count()),
-      lastSent_(Clock::now().time_since_epoch().count()) {
+      lastSent_(Clock::now().time_since_epoch().count()),
+      remoteReadMinBytes_(remoteReadMinBytes) {
   setNonBlocking(socket_.fd(), true);
 }
 
@@ -56,7 +58,68 @@ void Connection::start() {
 }
 
 void Connection::postSend(const FrameHeader& header, const TransferPtr& transfer) {
-  enqueue(Outgoing{header, static_cast<const char*>(transfer->data), transfer->bytes, transfer, {}});
+  if (!peer_.remoteReadable || transfer->bytes < remoteReadMinBytes_) {
+    enqueue(Outgoing{header, static_cast<const char*>(transfer->data), transfer->bytes, transfer, {}});
+    return;
+  }
+  FrameHeader announce = header;
+  announce.flags |= kFrameRemoteRead;
+  announce.payloadBytes = sizeof(RemoteRegion);
+  announce.checksum = headerChecksum(announce);
+  RemoteRegion region{reinterpret_cast<uint64_t>(transfer->data), transfer->bytes};
+  {
+    std::lock_guard<std::mutex> guard(sendMutex_);
+    if (!failed_) {
+      // Registered before the frame leaves: the ack can come back at once.
+      awaitingRead_[readKeyOf(announce)].push_back(transfer);
+    }
+  }
+  enqueue(Outgoing{
+      announce, nullptr, sizeof(region), nullptr, std::string(reinterpret_cast<const char*>(&region), sizeof(region))});
+  if (failed_) {
+    transfer->complete(
+        Status::error(ErrorKind::kPeerFailure, {transfer->peerRank},
+                      "link to rank " + std::to_string(transfer->peerRank) + " is down"),
+        -1);
+  }
+}
+
+Connection::ReadKey Connection::readKeyOf(const FrameHeader& header) {
+  bool p2p = (header.flags & kFramePointToPoint) != 0;
+  return ReadKey{header.channel, p2p, header.seq, p2p ? 0u : header.step};
+}
+
+void Connection::onReadDone(const FrameHeader& header) {
+  TransferPtr transfer;
+  {
+    std::lock_guard<std::mutex> guard(sendMutex_);
+    auto it = awaitingRead_.find(readKeyOf(header));
+    if (it == awaitingRead_.end()) {
+      return; // a stale ack after this side failed the transfer
+    }
+    transfer = std::move(it->second.front());
+    it->second.pop_front();
+    if (it->second.empty()) {
+      awaitingRead_.erase(it);
+    }
+  }
+  transfer->complete({}, transfer->peerRank);
+}
+
+Status Connection::completeRemoteRead(
+    const FrameHeader& header, const RemoteRegion& region, const Transfer& target, int rank) {
+  Status status = checkFrameMatches(header, region.bytes, target.signature, target.bytes, rank, target.seq);
+  std::string error;
+  if (status.ok() && !readRemote(static_cast<pid_t>(peer_.pid), region, target.data, &error)) {
+    status = Status::error(ErrorKind::kPeerFailure, {rank}, "reading from rank " + std::to_string(rank) + " failed: " + error);
+  }
+  // Acknowledged whatever happened: the sender's buffer is no longer needed.
+  FrameHeader done = makeControlHeader(FrameKind::kReadDone, header.channel, header.seq, 0);
+  done.flags = header.flags & kFramePointToPoint;
+  done.step = header.step;
+  done.checksum = headerChecksum(done);
+  sendControl(done, {});
+  return status;
 }
 
 void Connection::sendControl(const FrameHeader& header, std::string payload) {
@@ -181,6 +244,9 @@ bool Connection::readAvailable(std::string* error) {
     if (rxState_ == RxState::kHeader) {
       dest = reinterpret_cast<char*>(&rxHeader_) + rxHave_;
       want = sizeof(FrameHeader) - rxHave_;
+    } else if (rxHeader_.flags & kFrameRemoteRead) {
+      dest = reinterpret_cast<char*>(&rxRegion_) + rxHave_;
+      want = sizeof(RemoteRegion) - rxHave_;
     } else if (rxTarget_ && rxTargetStatus_.ok()) {
       dest = static_cast<char*>(rxTarget_->data) + rxHave_;
       want = rxHeader_.payloadBytes - rxHave_;
@@ -232,15 +298,17 @@ bool Connection::onHeaderComplete(std::string* error) {
   if (kind == FrameKind::kGoodbye) {
     peerSaidGoodbye_ = true;
   }
-  bool perChannel = kind != FrameKind::kHeartbeat && kind != FrameKind::kGoodbye;
+  bool perChannel = kind != FrameKind::kHeartbeat && kind != FrameKind::kGoodbye && kind != FrameKind::kReadDone;
   rxChannel_ = perChannel ? channels_->forIncoming(rxHeader_.channel) : nullptr;
   rxTarget_.reset();
   rxTargetStatus_ = Status();
   if (kind == FrameKind::kData && rxChannel_) {
     rxTarget_ = rxChannel_->claimPosted(this, rxHeader_);
-    if (rxTarget_) {
+    // A remote read is checked once its region has arrived.
+    if (rxTarget_ && !(rxHeader_.flags & kFrameRemoteRead)) {
       rxTargetStatus_ = checkFrameMatches(
-          rxHeader_, rxTarget_->signature, rxTarget_->bytes, rxChannel_->rankOf(this), rxTarget_->seq);
+          rxHeader_, rxHeader_.payloadBytes, rxTarget_->signature, rxTarget_->bytes, rxChannel_->rankOf(this),
+          rxTarget_->seq);
       if (!rxTargetStatus_.ok()) {
         // Never write a mismatched payload into the tensor: fail the op now
         // and drop the bytes.
@@ -251,7 +319,7 @@ bool Connection::onHeaderComplete(std::string* error) {
       }
     }
   }
-  bool keepPayload = rxChannel_ && !rxTarget_;
+  bool keepPayload = rxChannel_ && !rxTarget_ && !(rxHeader_.flags & kFrameRemoteRead);
   rxBuffer_.reset();
   if (keepPayload && rxHeader_.payloadBytes > 0) {
     rxBuffer_.reset(new char[rxHeader_.payloadBytes]); // no zero fill: it is overwritten
@@ -264,8 +332,29 @@ bool Connection::onHeaderComplete(std::string* error) {
 
 void Connection::onPayloadComplete() {
   auto kind = static_cast<FrameKind>(rxHeader_.kind);
-  if (rxTarget_) {
+  const bool remote = kind == FrameKind::kData && (rxHeader_.flags & kFrameRemoteRead);
+  if (remote && rxTarget_) {
+    int rank = rxChannel_->rankOf(this);
+    Status status = completeRemoteRead(rxHeader_, rxRegion_, *rxTarget_, rank);
+    rxTarget_->complete(status, rank);
+    if (status.kind == ErrorKind::kMismatch) {
+      rxChannel_->fail(status, /*tellPeers=*/true);
+    }
+  } else if (remote && rxChannel_) {
+    std::unique_ptr<char[]> region(new char[sizeof(RemoteRegion)]);
+    std::memcpy(region.get(), &rxRegion_, sizeof(RemoteRegion));
+    rxChannel_->deliverUnexpected(this, rxHeader_, std::move(region));
+  } else if (remote) {
+    // The group is gone; still release the sender's buffer.
+    FrameHeader done = makeControlHeader(FrameKind::kReadDone, rxHeader_.channel, rxHeader_.seq, 0);
+    done.flags = rxHeader_.flags & kFramePointToPoint;
+    done.step = rxHeader_.step;
+    done.checksum = headerChecksum(done);
+    sendControl(done, {});
+  } else if (rxTarget_) {
     rxTarget_->complete({}, rxChannel_->rankOf(this));
+  } else if (kind == FrameKind::kReadDone) {
+    onReadDone(rxHeader_);
   } else if (rxChannel_ && kind == FrameKind::kData) {
     rxChannel_->deliverUnexpected(this, rxHeader_, std::move(rxBuffer_));
   } else if (rxChannel_ && kind == FrameKind::kProgressQuery) {
@@ -299,17 +388,24 @@ void Connection::fail(const std::string& reason) {
                      << (departed ? "closed after goodbye" : "failed: " + reason);
   // Wakes the loop thread, which fails the frame it is receiving.
   ::shutdown(socket_.fd(), SHUT_RDWR);
-  std::deque<Outgoing> pending;
+  std::vector<TransferPtr> pending;
   {
     std::lock_guard<std::mutex> guard(sendMutex_);
-    pending.swap(sendQueue_);
-  }
-  for (auto& outgoing : pending) {
-    if (outgoing.transfer) {
-      int rank = outgoing.transfer->peerRank;
-      outgoing.transfer->complete(
-          Status::error(ErrorKind::kPeerFailure, {rank}, "lost rank " + std::to_string(rank) + ": " + reason), -1);
+    for (auto& outgoing : sendQueue_) {
+      if (outgoing.transfer) {
+        pending.push_back(std::move(outgoing.transfer));
+      }
     }
+    sendQueue_.clear();
+    for (auto& entry : awaitingRead_) {
+      pending.insert(pending.end(), entry.second.begin(), entry.second.end());
+    }
+    awaitingRead_.clear();
+  }
+  for (auto& transfer : pending) {
+    int rank = transfer->peerRank;
+    transfer->complete(
+        Status::error(ErrorKind::kPeerFailure, {rank}, "lost rank " + std::to_string(rank) + ": " + reason), -1);
   }
   if (departed) {
     channels_->peerDeparted(this);

@@ -2,12 +2,15 @@
 
 #include <atomic>
 #include <deque>
+#include <map>
+#include <tuple>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "transport/channel_registry.h"
+#include "transport/remote_read.h"
 #include "transport/socket.h"
 #include "transport/transfer.h"
 
@@ -20,6 +23,8 @@ struct PeerIdentity {
   uint64_t endpointId = 0;
   uint32_t pid = 0;
   std::string address;
+  // Same host and its memory is readable: large payloads go by remote read.
+  bool remoteReadable = false;
 };
 
 // A TCP link to one peer endpoint, shared by every group (channel) between
@@ -28,7 +33,10 @@ struct PeerIdentity {
 // checks it, and reads the payload straight into the posted receive.
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  Connection(Socket socket, PeerIdentity peer, ChannelRegistry* channels, EventLoop* loop);
+  // Payloads of at least `remoteReadMinBytes` go by remote read when the
+  // peer allows it (see remote_read.h).
+  Connection(
+      Socket socket, PeerIdentity peer, ChannelRegistry* channels, EventLoop* loop, size_t remoteReadMinBytes = 32 * 1024);
   ~Connection();
 
   // Registers with the event loop; frames flow from then on.
@@ -44,6 +52,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // `interval`, and fails the link when nothing came from the peer for
   // `timeout` (a dead, stopped, deadlocked or cut-off peer).
   void checkLiveness(Clock::time_point now, std::chrono::milliseconds interval, std::chrono::milliseconds timeout);
+
+  // Finishes a data frame that announced a RemoteRegion: checks it against
+  // the receive, copies from the peer's memory and acknowledges. Returns the
+  // receive's outcome.
+  Status completeRemoteRead(const FrameHeader& header, const RemoteRegion& region, const Transfer& target, int rank);
 
   // Breaks the link: pending sends fail, every channel learns the peer is gone.
   void fail(const std::string& reason);
@@ -71,6 +84,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // finished, to be completed outside the lock.
   std::vector<TransferPtr> flushLocked(std::string* error);
   void enqueue(Outgoing outgoing);
+  // A send whose payload the peer reads remotely completes on its ack.
+  using ReadKey = std::tuple<uint64_t, bool, uint64_t, uint32_t>; // channel, p2p, seq, step
+  static ReadKey readKeyOf(const FrameHeader& header);
+  void onReadDone(const FrameHeader& header);
   void setWriteInterest(bool enabled);
 
   // Reads what the socket has; returns false when the link broke.
@@ -88,9 +105,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::atomic<Clock::rep> lastReceived_;
   std::atomic<Clock::rep> lastSent_;
 
+  const size_t remoteReadMinBytes_;
   std::mutex sendMutex_;
   std::deque<Outgoing> sendQueue_;
   bool writeInterest_ = false;
+  std::map<ReadKey, std::deque<TransferPtr>> awaitingRead_; // guarded by sendMutex_
 
   // Receive state, touched only by the event loop thread.
   enum class RxState { kHeader, kPayload };
@@ -101,6 +120,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   TransferPtr rxTarget_; // posted receive being filled, if any
   Status rxTargetStatus_; // whether the target matched the header
   std::unique_ptr<char[]> rxBuffer_; // payload without a posted receive
+  RemoteRegion rxRegion_{}; // payload of a remote read frame
 };
 
 } // namespace monarch

@@ -16,6 +16,7 @@
 #include <stdexcept>
 
 #include "common/logging.h"
+#include "transport/remote_read.h"
 
 namespace monarch {
 
@@ -299,8 +300,12 @@ std::shared_ptr<Connection> Fabric::dialPeer(
 }
 
 std::shared_ptr<Connection> Fabric::adopt(Socket socket, const Handshake& peer, const std::string& address) {
-  auto connection = std::make_shared<Connection>(
-      std::move(socket), PeerIdentity{peer.endpointId, peer.pid, address}, &channels_, &loop_);
+  PeerIdentity identity{peer.endpointId, peer.pid, address};
+  identity.remoteReadable = options_.allowRemoteRead && peer.hostId == localHostId() &&
+      canReadFrom(static_cast<pid_t>(peer.pid), peer.probeAddress);
+  MONARCH_LOG(kDebug) << "link to " << address << " (pid " << peer.pid << ") "
+                      << (identity.remoteReadable ? "uses same-host remote reads" : "uses TCP for payloads");
+  auto connection = std::make_shared<Connection>(std::move(socket), identity, &channels_, &loop_);
   std::lock_guard<std::mutex> guard(mutex_);
   connections_.push_back(connection);
   return connection;

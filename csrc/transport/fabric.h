@@ -36,6 +36,9 @@ struct FabricOptions {
   // A peer silent for this long is declared failed. Heartbeats go out at a
   // fifth of it, so several may be lost or late before that happens.
   std::chrono::milliseconds heartbeatTimeout{std::chrono::seconds(3)};
+  // Peers on this host whose memory is readable get large payloads by
+  // remote read (remote_read.h); false forces every byte through TCP.
+  bool allowRemoteRead = true;
 };
 
 class Fabric {

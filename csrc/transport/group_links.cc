@@ -21,6 +21,7 @@ GroupLinks::GroupLinks(
       sendSteps_(connections_.size(), 0),
       recvSteps_(connections_.size(), 0) {
   channel_->bindPeers(connections_);
+  channel_->setSignal(signal_);
 }
 
 void GroupLinks::beginOp(uint64_t seq, const OpSignature& signature, Deadline deadline, std::shared_ptr<void> keepalive) {
@@ -125,12 +126,17 @@ void GroupLinks::postTaggedRecv(
 
 void GroupLinks::waitTransfer(const TransferPtr& transfer) {
   std::unique_lock<std::mutex> lock(signal_->mutex);
-  signal_->cv.wait_until(lock, deadline_, [&] { return transfer->done || aborted_->load(); });
+  signal_->cv.wait_until(
+      lock, deadline_, [&] { return transfer->done || aborted_->load() || channel_->broken(); });
   if (transfer->done && transfer->status.ok()) {
     return;
   }
   if (transfer->done) {
     throw OpFailure(transfer->status);
+  }
+  Status broken;
+  if (channel_->errored(&broken)) {
+    throw OpFailure(broken);
   }
   if (aborted_->load()) {
     throw OpFailure(Status::error(ErrorKind::kAborted, {}, "the group was aborted"));

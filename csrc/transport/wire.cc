@@ -1,5 +1,7 @@
 #include "transport/wire.h"
 
+#include "transport/remote_read.h"
+
 #include <unistd.h>
 
 #include <cstddef>
@@ -116,6 +118,9 @@ Status validateHeader(const FrameHeader& header) {
       if (header.payloadBytes > kMaxFramePayload) {
         return corrupt("payload length out of range");
       }
+      if ((header.flags & kFrameRemoteRead) && header.payloadBytes != sizeof(uint64_t) * 2) {
+        return corrupt("remote read frame without a region");
+      }
       if (header.dtype >= static_cast<uint8_t>(DataType::kCount)) {
         return corrupt("unknown dtype");
       }
@@ -133,6 +138,7 @@ Status validateHeader(const FrameHeader& header) {
     case FrameKind::kGoodbye:
     case FrameKind::kProgressQuery:
     case FrameKind::kProgressReply:
+    case FrameKind::kReadDone:
       if (header.payloadBytes != 0) {
         return corrupt("control frame with payload");
       }
@@ -152,16 +158,17 @@ OpSignature signatureOf(const FrameHeader& header) {
 }
 
 Status checkFrameMatches(
-    const FrameHeader& header, const OpSignature& expected, uint64_t expectedBytes, int peerRank, uint64_t seq) {
+    const FrameHeader& header, uint64_t dataBytes, const OpSignature& expected, uint64_t expectedBytes, int peerRank,
+    uint64_t seq) {
   OpSignature got = signatureOf(header);
   if (got.op != expected.op || got.dtype != expected.dtype || got.count != expected.count ||
-      got.root != expected.root || got.reduceOp != expected.reduceOp || header.payloadBytes != expectedBytes) {
+      got.root != expected.root || got.reduceOp != expected.reduceOp || dataBytes != expectedBytes) {
     std::ostringstream out;
     out << "collective mismatch at sequence number " << seq << ": this rank called "
         << expected.describe() << " but rank " << peerRank << " called " << got.describe();
     if (got.op == expected.op && got.dtype == expected.dtype && got.count == expected.count &&
         got.root == expected.root && got.reduceOp == expected.reduceOp) {
-      out << " with a different size (" << header.payloadBytes << " bytes, expected " << expectedBytes << ")";
+      out << " with a different size (" << dataBytes << " bytes, expected " << expectedBytes << ")";
     }
     return Status::error(ErrorKind::kMismatch, {peerRank}, out.str());
   }
@@ -220,6 +227,8 @@ Handshake makeHandshake(
   hs.worldSize = worldSize;
   hs.pid = static_cast<uint32_t>(getpid());
   hs.endpointId = endpointId;
+  hs.hostId = localHostId();
+  hs.probeAddress = probeWordAddress();
   return hs;
 }
 

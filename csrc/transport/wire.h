@@ -26,10 +26,12 @@ struct Handshake {
   uint32_t epoch;
   int32_t rank; // sender's rank in that group
   int32_t worldSize;
-  uint32_t pid; // OS process id, for logs
+  uint32_t pid; // OS process id, for logs and same-host remote reads
   uint64_t endpointId; // identifies the sending endpoint across groups
+  uint64_t hostId; // see localHostId()
+  uint64_t probeAddress; // see probeWordAddress()
 };
-static_assert(sizeof(Handshake) == 56, "Handshake layout changed");
+static_assert(sizeof(Handshake) == 72, "Handshake layout changed");
 
 // Collective or point-to-point operation a frame belongs to.
 enum class OpCode : uint8_t {
@@ -68,9 +70,12 @@ enum class FrameKind : uint8_t {
   kGoodbye = 4, // orderly shutdown: the sender sends nothing after this
   kProgressQuery = 5, // "which op of this channel have you reached?"
   kProgressReply = 6, // seq = the last op the sender started on the channel
+  kReadDone = 7, // the receiver finished a remote read of (channel, seq, step)
 };
 
 constexpr uint8_t kFramePointToPoint = 0x1;
+// The payload is a RemoteRegion to read from the sender's memory, not data.
+constexpr uint8_t kFrameRemoteRead = 0x2;
 
 struct FrameHeader {
   uint32_t magic;
@@ -106,9 +111,11 @@ Status validateHeader(const FrameHeader& header);
 
 OpSignature signatureOf(const FrameHeader& header);
 
-// Checks an incoming data frame against what the local op expects.
+// Checks an incoming data frame carrying `dataBytes` against what the local
+// op expects.
 Status checkFrameMatches(
-    const FrameHeader& header, const OpSignature& expected, uint64_t expectedBytes, int peerRank, uint64_t seq);
+    const FrameHeader& header, uint64_t dataBytes, const OpSignature& expected, uint64_t expectedBytes, int peerRank,
+    uint64_t seq);
 
 // Error notice payload: kind, the failed ranks and a message.
 std::string encodeNotice(const Status& status);
