@@ -7,6 +7,22 @@
 
 namespace monarch {
 
+namespace {
+
+// Removes and returns the oldest entry of a per-key queue, dropping the key
+// once its queue is empty.
+template <typename Map>
+typename Map::mapped_type::value_type popOldest(Map& map, typename Map::iterator it) {
+  auto value = std::move(it->second.front());
+  it->second.pop_front();
+  if (it->second.empty()) {
+    map.erase(it);
+  }
+  return value;
+}
+
+} // namespace
+
 void Channel::bindPeers(const std::vector<std::shared_ptr<Connection>>& connectionByRank) {
   std::lock_guard<std::mutex> guard(mutex_);
   for (size_t rank = 0; rank < connectionByRank.size(); ++rank) {
@@ -70,11 +86,7 @@ void Channel::postRecv(Connection* from, const TransferPtr& transfer) {
     for (auto it = unexpected_.begin(); it != unexpected_.end(); ++it) {
       if (it->first.pointToPoint && it->first.seq == transfer->seq) {
         Connection* source = it->first.from;
-        Unexpected message = std::move(it->second.front());
-        it->second.pop_front();
-        if (it->second.empty()) {
-          unexpected_.erase(it);
-        }
+        Unexpected message = popOldest(unexpected_, it);
         lock.unlock();
         fulfil(transfer, source, message);
         return;
@@ -86,11 +98,7 @@ void Channel::postRecv(Connection* from, const TransferPtr& transfer) {
   Key key = keyOf(from, *transfer);
   auto it = unexpected_.find(key);
   if (it != unexpected_.end()) {
-    Unexpected message = std::move(it->second.front());
-    it->second.pop_front();
-    if (it->second.empty()) {
-      unexpected_.erase(it);
-    }
+    Unexpected message = popOldest(unexpected_, it);
     lock.unlock();
     fulfil(transfer, from, message);
     return;
@@ -112,22 +120,12 @@ TransferPtr Channel::claimPostedLocked(Connection* from, const FrameHeader& head
   Key key = keyOf(from, header);
   auto it = posted_.find(key);
   if (it != posted_.end()) {
-    TransferPtr transfer = std::move(it->second.front());
-    it->second.pop_front();
-    if (it->second.empty()) {
-      posted_.erase(it);
-    }
-    return transfer;
+    return popOldest(posted_, it);
   }
   if (key.pointToPoint) {
     auto any = postedAnySource_.find(header.seq);
     if (any != postedAnySource_.end()) {
-      TransferPtr transfer = std::move(any->second.front());
-      any->second.pop_front();
-      if (any->second.empty()) {
-        postedAnySource_.erase(any);
-      }
-      return transfer;
+      return popOldest(postedAnySource_, any);
     }
   }
   return nullptr;

@@ -163,15 +163,19 @@ void setNoDelay(int fd) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-bool readExact(int fd, void* buf, size_t bytes, Deadline deadline, std::string* error) {
-  auto* p = static_cast<char*>(buf);
+namespace {
+
+// Moves exactly `bytes` through `io` (a non-blocking recv or send), waiting
+// for readiness up to `deadline`.
+template <typename Io>
+bool transferExact(int fd, char* p, size_t bytes, short events, Deadline deadline, std::string* error, Io io) {
   while (bytes > 0) {
-    if (pollFor(fd, POLLIN, deadline) <= 0) {
+    if (pollFor(fd, events, deadline) <= 0) {
       *error = "timed out";
       return false;
     }
-    ssize_t n = ::recv(fd, p, bytes, MSG_DONTWAIT);
-    if (n == 0) {
+    ssize_t n = io(p, bytes);
+    if (n == 0 && events == POLLIN) {
       *error = "connection closed";
       return false;
     }
@@ -188,25 +192,18 @@ bool readExact(int fd, void* buf, size_t bytes, Deadline deadline, std::string* 
   return true;
 }
 
+} // namespace
+
+bool readExact(int fd, void* buf, size_t bytes, Deadline deadline, std::string* error) {
+  return transferExact(fd, static_cast<char*>(buf), bytes, POLLIN, deadline, error, [fd](char* p, size_t n) {
+    return ::recv(fd, p, n, MSG_DONTWAIT);
+  });
+}
+
 bool writeExact(int fd, const void* buf, size_t bytes, Deadline deadline, std::string* error) {
-  const auto* p = static_cast<const char*>(buf);
-  while (bytes > 0) {
-    if (pollFor(fd, POLLOUT, deadline) <= 0) {
-      *error = "timed out";
-      return false;
-    }
-    ssize_t n = ::send(fd, p, bytes, MSG_DONTWAIT | MSG_NOSIGNAL);
-    if (n < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
-        continue;
-      }
-      *error = std::strerror(errno);
-      return false;
-    }
-    p += n;
-    bytes -= static_cast<size_t>(n);
-  }
-  return true;
+  return transferExact(
+      fd, const_cast<char*>(static_cast<const char*>(buf)), bytes, POLLOUT, deadline, error,
+      [fd](char* p, size_t n) { return ::send(fd, p, n, MSG_DONTWAIT | MSG_NOSIGNAL); });
 }
 
 } // namespace monarch
