@@ -1,18 +1,204 @@
-"""Build for torch_monarch: the C++ c10d backend as torch_monarch._C."""
+"""Build for torch_monarch: the C++ c10d backend as torch_monarch._C.
 
+The GPU platform comes from GPU_PLATFORM or MONARCH_GPU_PLATFORM (cuda, rocm or
+cpu), else from the installed torch and toolchains:
+
+  cuda  torch.version.cuda, a CUDA toolkit (CUDA_HOME) and nccl.h (NCCL_INCLUDE_DIR,
+        or pip's nvidia-nccl-cu13). csrc/gpu/ is compiled against the CUDA runtime
+        and NCCL headers; NCCL and the driver are dlopened at run time, never
+        linked, so the same build imports and runs CPU collectives without a GPU.
+  rocm  torch.version.hip and ROCM_HOME. csrc/ is hipified into build/hipified/
+        (torch's hipify tables plus hipify_rules/rules.json), compiled with
+        -D__HIP_PLATFORM_AMD__ -DUSE_ROCM and linked dynamically against amdhip64.
+  cpu   anything else: the host backend only; GPU tensors raise NotImplementedError
+        that says the build has no GPU support.
+
+``python setup.py hipify`` only writes the hipified tree.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
 from pathlib import Path
+from typing import Optional
 
-from setuptools import find_packages, setup
+from setuptools import Command, find_packages, setup
 from torch.utils.cpp_extension import BuildExtension, CppExtension
 
-ROOT = Path(__file__).parent
+ROOT = Path(__file__).parent.resolve()
 CSRC = ROOT / "csrc"
+HIPIFIED = ROOT / "build" / "hipified" / "csrc"
+PLATFORMS = ("cuda", "rocm", "cpu")
+# csrc/gpu/ sources of every build: the host backend's dispatch seam and the binding.
+GPU_ALWAYS = {"gpu/device_dispatch.cc", "gpu/bindings.cc"}
+# The CPU build's stand-in for the GPU layer.
+CPU_ONLY = {"gpu/cpu_stub.cc"}
+CXX_FLAGS = ["-O3", "-fvisibility=hidden"]
+
+
+def _note(message: str) -> None:
+    print(f"torch_monarch build: {message}", file=sys.stderr)
+
+
+def _all_sources() -> list[str]:
+    """Every translation unit under csrc/, relative to it."""
+    return sorted(p.relative_to(CSRC).as_posix() for p in CSRC.rglob("*.cc"))
 
 
 def host_sources() -> list[str]:
-    """Every translation unit of the host (CPU) backend."""
-    return sorted(str(p.relative_to(ROOT)) for p in CSRC.rglob("*.cc"))
+    """The CPU build: the host backend, plus the GPU seam and its CPU stub."""
+    return [s for s in _all_sources() if not s.startswith("gpu/") or s in GPU_ALWAYS | CPU_ONLY]
 
+
+def gpu_sources() -> list[str]:
+    """The CUDA and ROCm builds: everything but the CPU stub."""
+    return [s for s in _all_sources() if s not in CPU_ONLY]
+
+
+def requested_platform() -> Optional[str]:
+    for name in ("MONARCH_GPU_PLATFORM", "GPU_PLATFORM"):
+        value = os.environ.get(name, "").strip().lower()
+        if value:
+            if value not in PLATFORMS:
+                raise SystemExit(f"{name}={value!r}: expected one of {', '.join(PLATFORMS)}")
+            return value
+    return None
+
+
+def cuda_home() -> Optional[Path]:
+    """The CUDA toolkit with the runtime headers: CUDA_HOME, CUDA_PATH, torch's guess, /usr/local/cuda."""
+    from torch.utils import cpp_extension
+
+    candidates = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), cpp_extension.CUDA_HOME, "/usr/local/cuda"]
+    for candidate in candidates:
+        if candidate and (Path(candidate) / "include" / "cuda_runtime_api.h").exists():
+            return Path(candidate)
+    return None
+
+
+def nccl_include_dir() -> Optional[Path]:
+    """Where nccl.h is: NCCL_INCLUDE_DIR, pip's nvidia-nccl wheel, the CUDA toolkit, /usr/include."""
+    import importlib.util
+
+    candidates: list[Optional[Path]] = [Path(p) for p in [os.environ.get("NCCL_INCLUDE_DIR", "")] if p]
+    try:
+        spec = importlib.util.find_spec("nvidia.nccl")
+    except ModuleNotFoundError:
+        spec = None
+    if spec is not None and spec.submodule_search_locations:
+        candidates += [Path(p) / "include" for p in spec.submodule_search_locations]
+    home = cuda_home()
+    candidates += [home / "include" if home else None, Path("/usr/include"), Path("/usr/local/include")]
+    for candidate in candidates:
+        if candidate is not None and (candidate / "nccl.h").exists():
+            return candidate
+    return None
+
+
+def rocm_home() -> Optional[Path]:
+    from torch.utils import cpp_extension
+
+    home = os.environ.get("ROCM_HOME") or os.environ.get("ROCM_PATH") or cpp_extension.ROCM_HOME
+    return Path(home) if home and Path(home).exists() else None
+
+
+def detect_platform() -> tuple[str, str]:
+    """(platform, why) for the installed torch and toolchains."""
+    import torch
+
+    if getattr(torch.version, "hip", None):
+        if rocm_home() is None:
+            return "cpu", f"torch {torch.__version__} is a ROCm build, but ROCM_HOME was not found"
+        return "rocm", f"torch {torch.__version__} is a ROCm build"
+    if torch.version.cuda:
+        if cuda_home() is None:
+            return "cpu", f"torch {torch.__version__} is a CUDA build, but no CUDA toolkit was found (set CUDA_HOME)"
+        if nccl_include_dir() is None:
+            return "cpu", (
+                f"torch {torch.__version__} is a CUDA build, but nccl.h was not found "
+                "(pip install nvidia-nccl-cu13, or set NCCL_INCLUDE_DIR)"
+            )
+        return "cuda", f"torch {torch.__version__} is a CUDA {torch.version.cuda} build"
+    return "cpu", f"torch {torch.__version__} has no GPU support"
+
+
+def hipify() -> dict[str, str]:
+    """Writes build/hipified/csrc; returns {csrc path: hipified path}."""
+    sys.path.insert(0, str(ROOT / "hipify_rules"))
+    from hipify import hipify_tree  # hipify_rules/hipify.py
+
+    return hipify_tree(CSRC, HIPIFIED)
+
+
+def extension(platform: str) -> CppExtension:
+    name = "torch_monarch._C"
+    if platform == "cpu":
+        return CppExtension(
+            name=name,
+            sources=[str((CSRC / s).relative_to(ROOT)) for s in host_sources()],
+            include_dirs=[str(CSRC)],
+            extra_compile_args={"cxx": CXX_FLAGS},
+        )
+    if platform == "cuda":
+        home, nccl = cuda_home(), nccl_include_dir()
+        if home is None or nccl is None:
+            raise SystemExit(
+                f"GPU_PLATFORM=cuda needs the CUDA toolkit (found: {home}) and nccl.h (found: {nccl}); "
+                "set CUDA_HOME / NCCL_INCLUDE_DIR or pip install nvidia-nccl-cu13"
+            )
+        _note(f"CUDA headers from {home}, nccl.h from {nccl}")
+        return CppExtension(
+            name=name,
+            sources=[str((CSRC / s).relative_to(ROOT)) for s in gpu_sources()],
+            include_dirs=[str(CSRC), str(home / "include"), str(nccl)],
+            library_dirs=[str(home / "lib64"), str(home / "lib")],
+            # torch's CUDA libraries and the runtime torch itself uses; NCCL and
+            # libcuda are dlopened (csrc/gpu/nccl_library.cc, driver_api.cc).
+            libraries=["c10_cuda", "torch_cuda", "cudart"],
+            extra_compile_args={"cxx": CXX_FLAGS},
+        )
+    home = rocm_home()
+    if home is None:
+        raise SystemExit("GPU_PLATFORM=rocm needs ROCm (set ROCM_HOME)")
+    mapping = hipify()
+    _note(f"hipified csrc/ into {HIPIFIED.relative_to(ROOT)}; ROCm from {home}")
+    return CppExtension(
+        name=name,
+        sources=[str((HIPIFIED / mapping[s]).relative_to(ROOT)) for s in gpu_sources()],
+        include_dirs=[str(HIPIFIED), str(home / "include")],
+        library_dirs=[str(home / "lib")],
+        # ROCm ships no static HIP runtime: amdhip64 is linked dynamically.
+        libraries=["c10_hip", "torch_hip", "amdhip64"],
+        extra_compile_args={"cxx": CXX_FLAGS + ["-D__HIP_PLATFORM_AMD__", "-DUSE_ROCM"]},
+    )
+
+
+class Hipify(Command):
+    """``python setup.py hipify``: writes the ROCm source tree and lists the renamed files."""
+
+    description = "write csrc/ hipified (torch's tables + hipify_rules/rules.json) to build/hipified/csrc"
+    user_options: list = []
+
+    def initialize_options(self) -> None:
+        pass
+
+    def finalize_options(self) -> None:
+        pass
+
+    def run(self) -> None:
+        renamed = {src: dst for src, dst in hipify().items() if src != dst}
+        for src, dst in renamed.items():
+            print(f"  {src} -> {dst}")
+        print(f"hipified tree: {HIPIFIED} ({len(renamed)} files renamed)")
+
+
+PLATFORM = requested_platform()
+if PLATFORM is not None:
+    _note(f"GPU platform {PLATFORM} (requested)")
+else:
+    PLATFORM, _why = detect_platform()
+    _note(f"GPU platform {PLATFORM}: {_why} (set GPU_PLATFORM to choose)")
 
 setup(
     name="torch_monarch",
@@ -24,20 +210,35 @@ setup(
     packages=find_packages(include=["torch_monarch", "torch_monarch.*"]),
     install_requires=["torch>=2.6"],
     extras_require={
-        "test": ["pytest", "pytest-timeout", "expecttest", "hypothesis", "numpy"],
+        "test": [
+            "pytest",
+            "pytest-timeout",
+            "expecttest",
+            "hypothesis",
+            "numpy",
+            # nccl.h for the compile-only check of the CUDA sources (test/test_gpu_compile.py).
+            "nvidia-nccl-cu13; platform_system == 'Linux'",
+            # supervision, quorum, monarch-run and demo tests; TorchX job specs (dry run).
+            # ProcessGroupMonarch's tests run TorchFT 0.2.0's own process-group checks.
+            "torchft==0.2.0",
+            "parameterized",
+            "torchx",
+            "kubernetes",
+            "matplotlib",
+        ],
+        # Fault tolerance across replicas: quorum, monarch-run --replicas, torch_monarch.torchft.
+        "ft": ["torchft"],
+        # python -m torch_monarch.demo (timeline.png needs matplotlib).
+        "demo": ["torchft", "matplotlib"],
+        # SLURM / Kubernetes replicas through TorchX (Kubernetes also needs its client).
+        "cluster": ["torchx", "kubernetes"],
     },
-    ext_modules=[
-        CppExtension(
-            name="torch_monarch._C",
-            sources=host_sources(),
-            include_dirs=[str(CSRC)],
-            extra_compile_args={"cxx": ["-O3", "-fvisibility=hidden"]},
-        )
-    ],
-    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+    ext_modules=[extension(PLATFORM)],
+    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True), "hipify": Hipify},
     entry_points={
         # `import torch` loads this, so the backend is registered without
         # importing torch_monarch explicitly.
         "torch.backends": ["monarch = torch_monarch._autoload:register"],
+        "console_scripts": ["monarch-run = torch_monarch.launch.main:console_main"],
     },
 )

@@ -16,7 +16,7 @@ void recursiveDoubling(Links& links, char* data, size_t count, DataType type, Re
   const int n = links.size();
   const int r = links.rank();
   const size_t bytes = count * elementSize(type);
-  std::vector<char> scratch(bytes);
+  char* scratch = static_cast<char*>(links.workspace(bytes, Links::Workspace::kAlgorithm));
   int pow2 = 1;
   while (pow2 * 2 <= n) {
     pow2 *= 2;
@@ -29,8 +29,8 @@ void recursiveDoubling(Links& links, char* data, size_t count, DataType type, Re
       links.wait(links.recv(r + 1, data, bytes));
       return;
     }
-    links.wait(links.recv(r - 1, scratch.data(), bytes));
-    reduceInto(data, scratch.data(), count, type, kind);
+    links.wait(links.recv(r - 1, scratch, bytes));
+    reduceInto(data, scratch, count, type, kind);
     virtualRank = r / 2;
   } else {
     virtualRank = r - extra;
@@ -39,10 +39,10 @@ void recursiveDoubling(Links& links, char* data, size_t count, DataType type, Re
   for (int mask = 1; mask < pow2; mask <<= 1) {
     int partner = realRank(virtualRank ^ mask);
     auto sent = links.send(partner, data, bytes);
-    auto received = links.recv(partner, scratch.data(), bytes);
+    auto received = links.recv(partner, scratch, bytes);
     links.wait(received);
     links.wait(sent); // `data` is about to change
-    reduceInto(data, scratch.data(), count, type, kind);
+    reduceInto(data, scratch, count, type, kind);
   }
   if (r < 2 * extra) {
     links.wait(links.send(r - 1, data, bytes));
@@ -53,8 +53,11 @@ void recursiveDoubling(Links& links, char* data, size_t count, DataType type, Re
 
 void allreduce(Links& links, void* data, size_t count, DataType type, ReduceKind kind, const AlgorithmConfig& config) {
   const int n = links.size();
-  if (n == 1 || count == 0) {
+  if (n == 1) {
     return;
+  }
+  if (count == 0) {
+    return emptyOp(links);
   }
   auto* bytes = static_cast<char*>(data);
   if (count * elementSize(type) <= config.smallMessageBytes || count < static_cast<size_t>(n)) {

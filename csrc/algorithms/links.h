@@ -20,6 +20,13 @@ class Links {
   virtual void wait(Handle handle) = 0;
   // Waits for every transfer posted in the current op.
   virtual void waitAll() = 0;
+
+  // Scratch memory for the current op, kept across ops so that its pages are
+  // faulted in once per group rather than once per op (which costs more than
+  // the reduction itself for large tensors). Valid until the next call with
+  // the same slot.
+  enum class Workspace { kAlgorithm, kStaging };
+  virtual void* workspace(size_t bytes, Workspace slot) = 0;
 };
 
 } // namespace monarch

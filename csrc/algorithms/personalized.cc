@@ -67,6 +67,10 @@ void alltoall(Links& links, const void* in, const Partition& sendBlocks, void* o
   links.waitAll();
 }
 
+void emptyOp(Links& links) {
+  barrier(links);
+}
+
 void barrier(Links& links) {
   const int n = links.size();
   const int r = links.rank();

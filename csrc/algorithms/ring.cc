@@ -16,6 +16,9 @@ void reduceScatter(Links& links, void* data, const Partition& blocks, DataType t
   if (n == 1) {
     return;
   }
+  if (blocks.maxCount() == 0) {
+    return emptyOp(links);
+  }
   const size_t elem = elementSize(type);
   const size_t chunk = chunkElements(config.chunkBytes, elem);
   auto* bytes = static_cast<char*>(data);
@@ -28,11 +31,11 @@ void reduceScatter(Links& links, void* data, const Partition& blocks, DataType t
   // step's chunks are reduced, so chunks that arrive early land in place
   // instead of being buffered by the transport.
   const size_t blockBytes = blocks.maxCount() * elem;
-  std::vector<char> scratch(2 * blockBytes);
+  char* scratch = static_cast<char*>(links.workspace(2 * blockBytes, Links::Workspace::kAlgorithm));
   auto postReceives = [&](int step) {
     int incoming = blockAt(step + 1);
     size_t base = blocks.offsets[incoming];
-    char* into = scratch.data() + (step % 2) * blockBytes;
+    char* into = scratch + (step % 2) * blockBytes;
     std::vector<Links::Handle> recvs;
     forEachChunk(base, blocks.counts[incoming], chunk, [&](size_t off, size_t cnt) {
       recvs.push_back(links.recv(left, into + (off - base) * elem, cnt * elem));
@@ -52,7 +55,7 @@ void reduceScatter(Links& links, void* data, const Partition& blocks, DataType t
     }
     int incoming = blockAt(step + 1);
     size_t base = blocks.offsets[incoming];
-    const char* from = scratch.data() + (step % 2) * blockBytes;
+    const char* from = scratch + (step % 2) * blockBytes;
     size_t index = 0;
     forEachChunk(base, blocks.counts[incoming], chunk, [&](size_t off, size_t cnt) {
       links.wait(recvs[index++]);
@@ -71,6 +74,9 @@ void allgather(Links& links, void* data, const Partition& blocks, size_t element
   const int r = links.rank();
   if (n == 1) {
     return;
+  }
+  if (blocks.maxCount() == 0) {
+    return emptyOp(links);
   }
   const size_t elem = elementBytes;
   const size_t chunk = chunkElements(config.chunkBytes, elem);

@@ -60,15 +60,15 @@ void binomialReduce(Links& links, char* data, size_t count, DataType type, Reduc
   const int n = links.size();
   const int relative = wrapRank(links.rank() - root, n);
   const size_t bytes = count * elementSize(type);
-  std::vector<char> scratch(bytes);
+  char* scratch = static_cast<char*>(links.workspace(bytes, Links::Workspace::kAlgorithm));
   for (int mask = 1; mask < n; mask <<= 1) {
     if (relative & mask) {
       links.wait(links.send(wrapRank(relative - mask + root, n), data, bytes));
       return;
     }
     if (relative + mask < n) {
-      links.wait(links.recv(wrapRank(relative + mask + root, n), scratch.data(), bytes));
-      reduceInto(data, scratch.data(), count, type, kind);
+      links.wait(links.recv(wrapRank(relative + mask + root, n), scratch, bytes));
+      reduceInto(data, scratch, count, type, kind);
     }
   }
 }
@@ -76,8 +76,11 @@ void binomialReduce(Links& links, char* data, size_t count, DataType type, Reduc
 } // namespace
 
 void broadcast(Links& links, void* data, size_t bytes, int root, const AlgorithmConfig& config) {
-  if (links.size() == 1 || bytes == 0) {
+  if (links.size() == 1) {
     return;
+  }
+  if (bytes == 0) {
+    return emptyOp(links);
   }
   if (bytes <= config.smallMessageBytes) {
     binomialBroadcast(links, static_cast<char*>(data), bytes, root);
@@ -88,8 +91,11 @@ void broadcast(Links& links, void* data, size_t bytes, int root, const Algorithm
 
 void reduce(Links& links, void* data, size_t count, DataType type, ReduceKind kind, int root, const AlgorithmConfig& config) {
   const int n = links.size();
-  if (n == 1 || count == 0) {
+  if (n == 1) {
     return;
+  }
+  if (count == 0) {
+    return emptyOp(links);
   }
   auto* bytes = static_cast<char*>(data);
   if (count * elementSize(type) <= config.smallMessageBytes || count < static_cast<size_t>(n)) {

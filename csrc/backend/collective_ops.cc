@@ -78,9 +78,18 @@ void checkUniform(const std::vector<at::Tensor>& tensors, const char* op, const 
   }
 }
 
+// A flat copy of `tensor` in the group's reused staging memory.
+at::Tensor stagingCopy(GroupLinks& links, const at::Tensor& tensor) {
+  void* memory = links.workspace(tensor.nbytes(), Links::Workspace::kStaging);
+  at::Tensor flat = at::from_blob(memory, {tensor.numel()}, tensor.options());
+  flat.copy_(tensor.reshape({-1}));
+  return flat;
+}
+
 } // namespace
 
 c10::intrusive_ptr<c10d::Work> MonarchBackend::broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
+  if (device_.wants(tensors)) return device_.get().broadcast(tensors, opts);
   at::Tensor tensor = singleTensor(tensors, "broadcast");
   checkRoot(opts.rootRank, size_, "broadcast");
   TORCH_CHECK_VALUE(opts.rootTensor == 0, "broadcast: invalid root tensor ", opts.rootTensor);
@@ -96,6 +105,7 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::broadcast(std::vector<at::Tensor>
 }
 
 c10::intrusive_ptr<c10d::Work> MonarchBackend::allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
+  if (device_.wants(tensors)) return device_.get().allreduce(tensors, opts);
   at::Tensor tensor = singleTensor(tensors, "allreduce");
   TORCH_CHECK_VALUE(!opts.sparseIndices.has_value(), "allreduce: sparse tensors are not supported");
   DataType type = reducibleType(tensor, "allreduce");
@@ -115,6 +125,7 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::allreduce(std::vector<at::Tensor>
 
 c10::intrusive_ptr<c10d::Work> MonarchBackend::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
+  if (device_.wants(tensors)) return device_.get().allreduce_coalesced(tensors, opts);
   checkUniform(tensors, "allreduce_coalesced", "the tensor list");
   DataType type = reducibleType(tensors[0], "allreduce_coalesced");
   ReductionPlan plan = planReduction(opts.reduceOp, type, "allreduce_coalesced");
@@ -134,6 +145,7 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::allreduce_coalesced(
 }
 
 c10::intrusive_ptr<c10d::Work> MonarchBackend::reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
+  if (device_.wants(tensors)) return device_.get().reduce(tensors, opts);
   at::Tensor tensor = singleTensor(tensors, "reduce");
   checkRoot(opts.rootRank, size_, "reduce");
   DataType type = reducibleType(tensor, "reduce");
@@ -158,6 +170,7 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::reduce(std::vector<at::Tensor>& t
 
 c10::intrusive_ptr<c10d::Work> MonarchBackend::allgather(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
+  if (device_.wants(outputs, inputs)) return device_.get().allgather(outputs, inputs, opts);
   at::Tensor input = singleTensor(inputs, "allgather");
   TORCH_CHECK_VALUE(outputs.size() == 1, "allgather: expected one output list, got ", outputs.size());
   TORCH_CHECK_VALUE(
@@ -185,6 +198,7 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::allgather(
 
 c10::intrusive_ptr<c10d::Work> MonarchBackend::_allgather_base(
     at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
+  if (device_.wants(output, input)) return device_.get()._allgather_base(output, input, opts);
   std::vector<at::Tensor> outputs{output};
   std::vector<at::Tensor> inputs{input};
   return allgather_into_tensor_coalesced(outputs, inputs, opts);
@@ -192,6 +206,7 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::_allgather_base(
 
 c10::intrusive_ptr<c10d::Work> MonarchBackend::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
+  if (device_.wants(outputs, inputs)) return device_.get().allgather_into_tensor_coalesced(outputs, inputs, opts);
   checkUniform(inputs, "all_gather_into_tensor", "the input list");
   TORCH_CHECK_VALUE(
       outputs.size() == inputs.size(), "all_gather_into_tensor: ", outputs.size(), " outputs for ", inputs.size(), " inputs");
@@ -233,6 +248,7 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::allgather_into_tensor_coalesced(
 
 c10::intrusive_ptr<c10d::Work> MonarchBackend::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& outputLists, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
+  if (device_.wants(outputLists, inputs)) return device_.get().allgather_coalesced(outputLists, inputs, opts);
   checkUniform(inputs, "allgather_coalesced", "the input list");
   TORCH_CHECK_VALUE(
       static_cast<int>(outputLists.size()) == size_, "allgather_coalesced: expected one output list per rank (", size_,
@@ -270,6 +286,7 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::allgather_coalesced(
 
 c10::intrusive_ptr<c10d::Work> MonarchBackend::gather(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs, const c10d::GatherOptions& opts) {
+  if (device_.wants(outputs, inputs)) return device_.get().gather(outputs, inputs, opts);
   at::Tensor input = singleTensor(inputs, "gather");
   checkRoot(opts.rootRank, size_, "gather");
   int root = static_cast<int>(opts.rootRank);
@@ -306,6 +323,7 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::gather(
 
 c10::intrusive_ptr<c10d::Work> MonarchBackend::scatter(
     std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs, const c10d::ScatterOptions& opts) {
+  if (device_.wants(outputs, inputs)) return device_.get().scatter(outputs, inputs, opts);
   at::Tensor output = singleTensor(outputs, "scatter");
   checkRoot(opts.rootRank, size_, "scatter");
   int root = static_cast<int>(opts.rootRank);
@@ -337,6 +355,7 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::scatter(
 
 c10::intrusive_ptr<c10d::Work> MonarchBackend::reduce_scatter(
     std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs, const c10d::ReduceScatterOptions& opts) {
+  if (device_.wants(outputs, inputs)) return device_.get().reduce_scatter(outputs, inputs, opts);
   at::Tensor output = singleTensor(outputs, "reduce_scatter");
   TORCH_CHECK_VALUE(
       inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_,
@@ -363,6 +382,7 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::reduce_scatter(
 
 c10::intrusive_ptr<c10d::Work> MonarchBackend::_reduce_scatter_base(
     at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
+  if (device_.wants(output, input)) return device_.get()._reduce_scatter_base(output, input, opts);
   std::vector<at::Tensor> outputs{output};
   std::vector<at::Tensor> inputs{input};
   return reduce_scatter_tensor_coalesced(outputs, inputs, opts);
@@ -370,12 +390,12 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::_reduce_scatter_base(
 
 c10::intrusive_ptr<c10d::Work> MonarchBackend::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
+  if (device_.wants(outputs, inputs)) return device_.get().reduce_scatter_tensor_coalesced(outputs, inputs, opts);
   checkUniform(inputs, "reduce_scatter_tensor", "the input list");
   TORCH_CHECK_VALUE(
       outputs.size() == inputs.size(), "reduce_scatter_tensor: ", outputs.size(), " outputs for ", inputs.size(), " inputs");
   DataType type = reducibleType(inputs[0], "reduce_scatter_tensor");
   ReductionPlan plan = planReduction(opts.reduceOp, type, "reduce_scatter_tensor");
-  std::vector<at::Tensor> scratch;
   uint64_t total = 0;
   for (size_t i = 0; i < inputs.size(); ++i) {
     checkCpuTensor(outputs[i], "reduce_scatter_tensor");
@@ -385,19 +405,19 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::reduce_scatter_tensor_coalesced(
     TORCH_CHECK_VALUE(
         inputs[i].numel() == size_ * outputs[i].numel(), "reduce_scatter_tensor: input has ", inputs[i].numel(),
         " elements, expected group size x output = ", size_ * outputs[i].numel());
-    // The reduction runs in place, so it works on a copy of the input.
-    scratch.push_back(inputs[i].reshape({-1}).clone());
     total += inputs[i].numel();
   }
   auto config = options_.algorithms;
   int r = rank_, n = size_;
   std::vector<at::Tensor> keep = outputs;
-  keep.insert(keep.end(), scratch.begin(), scratch.end());
+  keep.insert(keep.end(), inputs.begin(), inputs.end());
   return enqueue(
       c10d::OpType::_REDUCE_SCATTER_BASE, signatureFor(OpCode::kReduceScatter, type, total, -1, plan.wireOp), outputs, keep,
       opts.timeout, [=, outs = outputs](GroupLinks& links) mutable {
-        for (size_t i = 0; i < scratch.size(); ++i) {
-          at::Tensor flat = scratch[i];
+        for (size_t i = 0; i < inputs.size(); ++i) {
+          // The reduction runs in place, so it works on a copy of the input,
+          // in reused staging memory.
+          at::Tensor flat = stagingCopy(links, inputs[i]);
           plan.before(flat);
           size_t per = static_cast<size_t>(outs[i].numel());
           Partition blocks = Partition::fromCounts(std::vector<size_t>(n, per));
@@ -412,6 +432,7 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::reduce_scatter_tensor_coalesced(
 c10::intrusive_ptr<c10d::Work> MonarchBackend::alltoall_base(
     at::Tensor& output, at::Tensor& input, std::vector<int64_t>& outputSplitSizes,
     std::vector<int64_t>& inputSplitSizes, const c10d::AllToAllOptions& opts) {
+  if (device_.wants(output, input)) return device_.get().alltoall_base(output, input, outputSplitSizes, inputSplitSizes, opts);
   checkCpuTensor(input, "alltoall_base");
   checkCpuTensor(output, "alltoall_base");
   TORCH_CHECK_TYPE(
@@ -442,6 +463,7 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::alltoall_base(
 
 c10::intrusive_ptr<c10d::Work> MonarchBackend::alltoall(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllToAllOptions& opts) {
+  if (device_.wants(outputs, inputs)) return device_.get().alltoall(outputs, inputs, opts);
   checkUniform(inputs, "alltoall", "the input list");
   checkUniform(outputs, "alltoall", "the output list");
   TORCH_CHECK_VALUE(
@@ -473,6 +495,7 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::alltoall(
 }
 
 c10::intrusive_ptr<c10d::Work> MonarchBackend::barrier(const c10d::BarrierOptions& opts) {
+  if (device_.wants(opts)) return device_.get().barrier(opts);
   return enqueue(
       c10d::OpType::BARRIER, signatureFor(OpCode::kBarrier, DataType::kUInt8, 0), {}, {}, opts.timeout,
       [](GroupLinks& links) { ::monarch::barrier(links); });

@@ -38,7 +38,9 @@ c10::intrusive_ptr<MonarchBackend> MonarchBackend::join(
   }
   MONARCH_LOG(kInfo) << "rank " << rank << "/" << size << " joined group '" << groupName << "' at "
                      << fabricOptions.bindAddress;
-  return c10::make_intrusive<MonarchBackend>(std::move(membership), std::move(options));
+  auto backend = c10::make_intrusive<MonarchBackend>(std::move(membership), options);
+  backend->device_.bind({store, rank, size, groupName, options.timeout}); // GPU ops rendezvous on first use
+  return backend;
 }
 
 MonarchBackend::MonarchBackend(Membership membership, BackendOptions options)
@@ -51,8 +53,27 @@ MonarchBackend::MonarchBackend(Membership membership, BackendOptions options)
   links_ = std::make_unique<GroupLinks>(
       membership.rank, std::move(membership.connections), fabric_->channels().get(membership.channelId), signal_,
       &aborted_);
+  failLinksAlreadyDown();
   worker_ = std::thread([this] { workerLoop(); });
   init();
+}
+
+void MonarchBackend::failLinksAlreadyDown() {
+  // A link that failed before this group was bound to it (a group shrunk or
+  // split over a peer that has died since) told nobody in this group: fail
+  // the group now, naming those peers, instead of letting ops wait for them.
+  std::vector<int> down;
+  const auto& connections = links_->connections();
+  for (size_t peer = 0; peer < connections.size(); ++peer) {
+    if (connections[peer] && connections[peer]->failed()) {
+      down.push_back(static_cast<int>(peer));
+    }
+  }
+  if (!down.empty()) {
+    links_->channel().fail(
+        Status::error(ErrorKind::kPeerFailure, down, "lost ranks " + formatRanks(down) + ": their links were already down when this group was formed"),
+        /*tellPeers=*/true);
+  }
 }
 
 c10::intrusive_ptr<MonarchBackend> MonarchBackend::derive(const std::vector<int>& members, uint64_t channelId) {
@@ -96,10 +117,13 @@ c10::intrusive_ptr<c10d::Backend> MonarchBackend::shrink(
   for (int rank : members) {
     key += "/" + std::to_string(rank);
   }
-  if (shrinkFlags != 0) {
-    abort(); // SHRINK_ABORT: stop what is pending on the old group first
-  }
+  // Derived first: it takes its own lease on the endpoint, so that aborting
+  // the old group (the last lease so far) does not close the shared links.
   auto shrunk = derive(members, fnv1a64(key.data(), key.size()));
+  if (shrinkFlags != 0) {
+    abort(); // SHRINK_ABORT: stop what is pending on the old group
+  }
+  shrunk->device_.inheritShrunk(device_, ranksToExclude, shrinkFlags);
   if (optsOverride) {
     shrunk->setTimeout(optsOverride->timeout);
   }
@@ -107,7 +131,7 @@ c10::intrusive_ptr<c10d::Backend> MonarchBackend::shrink(
 }
 
 c10::intrusive_ptr<c10d::Backend> MonarchBackend::split(
-    const c10::intrusive_ptr<c10d::Store>& /*store*/,
+    const c10::intrusive_ptr<c10d::Store>& store,
     const std::vector<int>& ranks,
     const c10::intrusive_ptr<c10d::Backend::Options>& opts) {
   std::vector<int> members(ranks.begin(), ranks.end());
@@ -124,6 +148,7 @@ c10::intrusive_ptr<c10d::Backend> MonarchBackend::split(
     key += "/" + std::to_string(rank);
   }
   auto result = derive(members, fnv1a64(key.data(), key.size()));
+  result->device_.inheritSplit(device_, store, members, name);
   if (opts) {
     result->setTimeout(opts->timeout);
   }
@@ -148,7 +173,9 @@ c10::intrusive_ptr<MonarchBackend> MonarchBackend::reconfigure(
   }
   BackendOptions options = options_;
   options.timeout = std::chrono::milliseconds(timeoutMs_.load());
-  return c10::make_intrusive<MonarchBackend>(std::move(membership), std::move(options));
+  auto backend = c10::make_intrusive<MonarchBackend>(std::move(membership), options);
+  backend->device_.bind({store, rank, size, groupName, options.timeout});
+  return backend;
 }
 
 c10::intrusive_ptr<c10d::Backend::Options> MonarchBackend::getBackendOptions() {
@@ -165,6 +192,7 @@ MonarchBackend::~MonarchBackend() {
 
 void MonarchBackend::setTimeout(std::chrono::milliseconds timeout) {
   timeoutMs_ = timeout.count();
+  device_.setTimeout(timeout);
 }
 
 std::chrono::milliseconds MonarchBackend::timeoutFor(std::chrono::milliseconds requested) const {
@@ -181,8 +209,10 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::enqueue(
   auto opTimeout = timeoutFor(timeout);
   std::lock_guard<std::mutex> guard(mutex_);
   uint64_t seq = nextSeq_++;
-  // Ops ahead in the queue each take at most their own timeout.
-  auto waitBound = opTimeout * static_cast<int64_t>(queue_.size() + 1) + std::chrono::seconds(1);
+  // Ops ahead in the queue each take at most their own timeout, plus up to
+  // 1 s asking which ranks had not joined (explainTimeout): the op's own,
+  // typed timeout error must not lose the race against this bound.
+  auto waitBound = (opTimeout + std::chrono::seconds(1)) * static_cast<int64_t>(queue_.size() + 1) + std::chrono::seconds(1);
   auto work = c10::make_intrusive<MonarchWork>(rank_, type, seq, std::move(outputs), waitBound);
   Status broken;
   if (links_->channel().errored(&broken) || stopping_) {
@@ -258,6 +288,9 @@ Status MonarchBackend::error() {
 
 c10d::ErrorType MonarchBackend::getError() {
   Status status = error();
+  if (status.ok()) {
+    return device_.error();
+  }
   switch (status.kind) {
     case ErrorKind::kNone:
       return c10d::ErrorType::SUCCESS;
@@ -312,12 +345,14 @@ void MonarchBackend::abort() {
     std::lock_guard<std::mutex> guard(signal_->mutex);
   }
   signal_->cv.notify_all();
+  device_.abort();
   stop(Status::error(ErrorKind::kAborted, {}, "the group was aborted on rank " + std::to_string(rank_)));
 }
 
 void MonarchBackend::shutdown() {
   // Orderly: queued ops run to completion (each bounded by its timeout).
   stop(Status());
+  device_.shutdown();
 }
 
 } // namespace monarch

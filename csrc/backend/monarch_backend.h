@@ -13,6 +13,7 @@
 
 #include "backend/options.h"
 #include "backend/work.h"
+#include "gpu/device_dispatch.h"
 #include "transport/fabric.h"
 #include "transport/group_links.h"
 
@@ -145,6 +146,8 @@ class MonarchBackend : public c10d::Backend {
   void runOp(QueuedOp& op);
   // Names the ranks that had not started the op that timed out.
   void explainTimeout(const QueuedOp& op, Status& status);
+  // Fails the group at once if a link it was formed over is already down.
+  void failLinksAlreadyDown();
   // A group over a subset of this group's ranks, on the same links.
   c10::intrusive_ptr<MonarchBackend> derive(const std::vector<int>& members, uint64_t channelId);
   void stop(const Status& reason);
@@ -163,6 +166,8 @@ class MonarchBackend : public c10d::Backend {
   uint64_t derivations_ = 0; // shrinks so far; makes derived channel ids unique
   bool stopping_ = false;
   std::thread worker_;
+  // Ops on CUDA tensors go to the group's NCCL/RCCL backend (csrc/gpu/).
+  DeviceDispatch device_;
 };
 
 } // namespace monarch

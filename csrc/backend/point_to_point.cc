@@ -43,18 +43,21 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::postPointToPoint(
 }
 
 c10::intrusive_ptr<c10d::Work> MonarchBackend::send(std::vector<at::Tensor>& tensors, int dstRank, int tag) {
+  if (device_.wants(tensors)) return device_.get().send(tensors, dstRank, tag);
   at::Tensor tensor = singleTensor(tensors, "send");
   checkPeer(dstRank, rank_, size_, "send", "destination rank");
   return postPointToPoint(c10d::OpType::SEND, tensor, dstRank, tag);
 }
 
 c10::intrusive_ptr<c10d::Work> MonarchBackend::recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) {
+  if (device_.wants(tensors)) return device_.get().recv(tensors, srcRank, tag);
   at::Tensor tensor = singleTensor(tensors, "recv");
   checkPeer(srcRank, rank_, size_, "recv", "source rank");
   return postPointToPoint(c10d::OpType::RECV, tensor, srcRank, tag);
 }
 
 c10::intrusive_ptr<c10d::Work> MonarchBackend::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
+  if (device_.wants(tensors)) return device_.get().recvAnysource(tensors, tag);
   at::Tensor tensor = singleTensor(tensors, "recv");
   return postPointToPoint(c10d::OpType::RECVANYSOURCE, tensor, -1, tag);
 }

@@ -67,7 +67,7 @@ void checkCpuTensor(const at::Tensor& tensor, const char* op) {
   TORCH_CHECK_VALUE(tensor.defined(), op, ": got an undefined tensor");
   TORCH_CHECK_NOT_IMPLEMENTED(
       tensor.device().is_cpu(), op, ": tensors on ", tensor.device(),
-      " are not yet supported by the monarch backend (CPU tensors only for now)");
+      " are not supported by the monarch backend (CPU and CUDA tensors only)");
   TORCH_CHECK_VALUE(tensor.layout() == at::kStrided, op, ": only dense (strided) tensors are supported, got ", tensor.layout());
 }
 
@@ -130,7 +130,8 @@ ReductionPlan planReduction(const c10d::ReduceOp& op, DataType type, const char*
       break;
     case c10d::ReduceOp::PREMUL_SUM: {
       TORCH_CHECK_TYPE(floating, opName, ": PREMUL_SUM needs a floating point or complex tensor, got ", dataTypeName(type));
-      auto* supplement = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
+      // torch 2.11 names it NCCLPreMulSumSupplement; 2.13 keeps that name as an alias.
+      auto* supplement = dynamic_cast<c10d::NCCLPreMulSumSupplement*>(op.supplement_.get());
       TORCH_CHECK_VALUE(supplement != nullptr, opName, ": PREMUL_SUM without a factor");
       plan.kind = ReduceKind::kSum;
       if (supplement->tensor_factor.defined()) {

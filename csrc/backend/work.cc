@@ -53,14 +53,17 @@ void MonarchWork::markSuccess(int sourceRank) {
     std::lock_guard<std::mutex> guard(mutex_);
     sourceRank_ = sourceRank;
   }
-  finish();
+  // The future completes before wait() returns (as in ProcessGroupGloo):
+  // callers such as TorchFT's _ManagedWork chain then() right after wait()
+  // and expect it to run at once.
   future_->markCompleted(c10::IValue(outputs_));
+  finish();
 }
 
 void MonarchWork::markFailed(const Status& status) {
   auto error = makeError(status);
-  finish(error);
   future_->setError(error);
+  finish(error);
 }
 
 } // namespace monarch

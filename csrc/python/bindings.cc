@@ -11,6 +11,7 @@
 
 #include "backend/errors.h"
 #include "backend/monarch_backend.h"
+#include "gpu/bindings.h"
 #include "python/frame_probe.h"
 
 namespace py = pybind11;
@@ -119,4 +120,5 @@ PYBIND11_MODULE(_C, module) {
       py::arg("group_name"), py::arg("timeout"), py::arg("heartbeat_timeout"), py::arg("transport"), py::arg("bind_address"),
       py::arg("small_message_bytes"), py::arg("chunk_bytes"));
   monarch::bindFrameProbe(module);
+  monarch::gpu::bindGpu(module);
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <sstream>
 
 #include "transport/connection.h"
 
@@ -25,6 +26,7 @@ typename Map::mapped_type::value_type popOldest(Map& map, typename Map::iterator
 
 void Channel::bindPeers(const std::vector<std::shared_ptr<Connection>>& connectionByRank) {
   std::lock_guard<std::mutex> guard(mutex_);
+  finishedSeq_ = 0; // a new group's sequence numbers start over
   for (size_t rank = 0; rank < connectionByRank.size(); ++rank) {
     if (connectionByRank[rank]) {
       rankByConnection_[connectionByRank[rank].get()] = static_cast<int>(rank);
@@ -144,7 +146,45 @@ void Channel::deliverUnexpected(Connection* from, const FrameHeader& header, std
     fulfil(transfer, from, message);
     return;
   }
+  if (!(header.flags & kFramePointToPoint) && header.seq <= finishedSeq_) {
+    Status stray = strayFrameLocked(from, header);
+    lock.unlock();
+    fail(stray, /*tellPeers=*/true);
+    return;
+  }
   unexpected_[keyOf(from, header)].push_back(std::move(message));
+}
+
+void Channel::finishOp(uint64_t seq, const OpSignature& signature) {
+  Status stray;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    finishedSeq_ = seq;
+    finishedSignature_ = signature;
+    for (auto& entry : unexpected_) {
+      if (!entry.first.pointToPoint && entry.first.seq <= seq) {
+        stray = strayFrameLocked(entry.first.from, entry.second.front().header);
+        break;
+      }
+    }
+  }
+  if (!stray.ok()) {
+    fail(stray, /*tellPeers=*/true);
+  }
+}
+
+Status Channel::strayFrameLocked(Connection* from, const FrameHeader& header) {
+  auto it = rankByConnection_.find(from);
+  int rank = it == rankByConnection_.end() ? -1 : it->second;
+  std::ostringstream out;
+  out << "collective mismatch at sequence number " << header.seq << ": rank " << rank << " sent data for "
+      << signatureOf(header).describe() << " but this rank ";
+  if (header.seq == finishedSeq_) {
+    out << "called " << finishedSignature_.describe() << ", which expects no such data from rank " << rank;
+  } else {
+    out << "had finished that op without expecting data from rank " << rank;
+  }
+  return Status::error(ErrorKind::kMismatch, {rank}, out.str());
 }
 
 void Channel::fail(const Status& status, bool tellPeers) {

@@ -47,6 +47,13 @@ class Channel {
   // I/O side, once a frame that had no posted receive has been read whole.
   void deliverUnexpected(Connection* from, const FrameHeader& header, std::unique_ptr<char[]> payload);
 
+  // Worker side: collective `seq`, run as `signature`, is over. Every message
+  // of a collective has its receive in the same op on the peer, so a
+  // collective frame for this op or an earlier one that is unclaimed now, or
+  // arrives later, was sent by a peer that ran a different op (say, with
+  // another root): a mismatch, which breaks the group.
+  void finishOp(uint64_t seq, const OpSignature& signature);
+
   // The group is broken: completes every posted receive with `status`, and
   // fails every later one at once. With `tellPeers`, the first failure is
   // sent to every peer as an error notice, so that all ranks learn of a
@@ -96,6 +103,7 @@ class Channel {
   };
 
   static Status departedStatus(int rank);
+  Status strayFrameLocked(Connection* from, const FrameHeader& header);
   static Key keyOf(Connection* from, const FrameHeader& header);
   TransferPtr claimPostedLocked(Connection* from, const FrameHeader& header);
   static Key keyOf(Connection* from, const Transfer& transfer);
@@ -116,6 +124,8 @@ class Channel {
   std::map<Key, std::deque<Unexpected>> unexpected_;
   Status error_;
   std::set<Connection*> departed_;
+  uint64_t finishedSeq_ = 0; // the last collective this rank finished
+  OpSignature finishedSignature_;
 };
 
 } // namespace monarch

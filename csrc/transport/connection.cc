@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <new>
 
 #include "common/logging.h"
 #include "transport/event_loop.h"
@@ -322,7 +323,13 @@ bool Connection::onHeaderComplete(std::string* error) {
   bool keepPayload = rxChannel_ && !rxTarget_ && !(rxHeader_.flags & kFrameRemoteRead);
   rxBuffer_.reset();
   if (keepPayload && rxHeader_.payloadBytes > 0) {
-    rxBuffer_.reset(new char[rxHeader_.payloadBytes]); // no zero fill: it is overwritten
+    // The length is the peer's word: a size this process cannot allocate
+    // fails the link, not the process (std::bad_alloc on the loop thread).
+    rxBuffer_.reset(new (std::nothrow) char[rxHeader_.payloadBytes]); // no zero fill: it is overwritten
+    if (!rxBuffer_) {
+      *error = "cannot buffer a frame of " + std::to_string(rxHeader_.payloadBytes) + " bytes";
+      return false;
+    }
   }
   if (rxHeader_.payloadBytes == 0) {
     onPayloadComplete();

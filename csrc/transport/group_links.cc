@@ -36,8 +36,20 @@ void GroupLinks::beginOp(uint64_t seq, const OpSignature& signature, Deadline de
 }
 
 void GroupLinks::endOp() {
+  // Frames left unclaimed by an op that failed part way are no evidence of
+  // a mismatch, so only a clean finish is reported.
+  bool clean = true;
+  {
+    std::lock_guard<std::mutex> guard(signal_->mutex);
+    for (auto& transfer : transfers_) {
+      clean = clean && transfer->done && transfer->status.ok();
+    }
+  }
   transfers_.clear();
   keepalive_.reset();
+  if (clean) {
+    channel_->finishOp(seq_, signature_);
+  }
 }
 
 void GroupLinks::checkPeer(int peer) const {
@@ -83,6 +95,15 @@ Links::Handle GroupLinks::recv(int peer, void* data, size_t bytes) {
 
 void GroupLinks::wait(Handle handle) {
   waitTransfer(transfers_.at(handle));
+}
+
+void* GroupLinks::workspace(size_t bytes, Workspace slot) {
+  auto index = static_cast<size_t>(slot);
+  if (workspaceBytes_[index] < bytes) {
+    workspaces_[index].reset(new char[bytes]);
+    workspaceBytes_[index] = bytes;
+  }
+  return workspaces_[index].get();
 }
 
 void GroupLinks::waitAll() {

@@ -40,6 +40,7 @@ class GroupLinks : public Links {
   Handle recv(int peer, void* data, size_t bytes) override;
   void wait(Handle handle) override;
   void waitAll() override;
+  void* workspace(size_t bytes, Workspace slot) override;
 
   // Point-to-point, tagged; `peer` < 0 receives from any source.
   // `onComplete` runs once the transfer is done, on the thread that did it.
@@ -78,6 +79,9 @@ class GroupLinks : public Links {
   std::vector<TransferPtr> transfers_;
   std::vector<uint32_t> sendSteps_;
   std::vector<uint32_t> recvSteps_;
+  // Grow-only scratch, one buffer per Workspace slot.
+  std::unique_ptr<char[]> workspaces_[2];
+  size_t workspaceBytes_[2] = {0, 0};
 };
 
 } // namespace monarch

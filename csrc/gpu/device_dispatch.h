@@ -1,0 +1,65 @@
+#pragma once
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+
+#include <mutex>
+#include <vector>
+
+#include "gpu/device_backend.h"
+
+namespace monarch {
+
+// The host backend's route to the GPU: ops on CUDA tensors go to a device
+// backend (NCCL/RCCL, see csrc/gpu/) that is created on first use from the
+// group's store, so groups that never touch a GPU never load NCCL.
+class DeviceDispatch {
+ public:
+  // Where the device backend rendezvous when it is first needed.
+  void bind(gpu::DeviceGroup group);
+  // This group is `parent` minus `excluded`: shrinks the parent's device
+  // backend if it has one (see shrinkDeviceBackend).
+  void inheritShrunk(DeviceDispatch& parent, const std::vector<int64_t>& excluded, int shrinkFlags);
+  // This group is the `members` of `parent`, rendezvousing through `store`
+  // (the parent's store when null).
+  void inheritSplit(
+      DeviceDispatch& parent,
+      const c10::intrusive_ptr<c10d::Store>& store,
+      const std::vector<int>& members,
+      const std::string& name);
+
+  // Whether an op on these tensors belongs to the device backend: true as
+  // soon as one of them is a CUDA (on ROCm: HIP) tensor.
+  template <typename... TensorLists>
+  bool wants(const TensorLists&... lists) const {
+    return (onDevice(lists) || ...);
+  }
+  // A barrier goes to the device when the caller named a device for it.
+  bool wants(const c10d::BarrierOptions& opts) const;
+
+  // The device backend, created on first use. In a build without GPU
+  // support this raises NotImplementedError.
+  c10d::Backend& get();
+
+  void setTimeout(std::chrono::milliseconds timeout);
+  c10d::ErrorType error();
+  void abort();
+  void shutdown();
+
+ private:
+  static bool onDevice(const at::Tensor& tensor) {
+    return tensor.defined() && tensor.is_cuda();
+  }
+  static bool onDevice(const std::vector<at::Tensor>& tensors);
+  static bool onDevice(const std::vector<std::vector<at::Tensor>>& lists);
+  c10::intrusive_ptr<c10d::Backend> current();
+
+  std::mutex mutex_;
+  gpu::DeviceGroup group_;
+  c10::intrusive_ptr<c10d::Backend> backend_;
+  uint64_t shrinks_ = 0;
+  bool stopped_ = false; // aborted or shut down: a late backend starts aborted
+};
+
+} // namespace monarch
