@@ -1,0 +1,174 @@
+"""What this machine and this build of torch_monarch offer: the GPU platform the
+extension was built for, the collectives library (NCCL/RCCL) and driver it
+loads, RDMA devices, and the transports a group would use. Read by
+``python -m torch_monarch.doctor``; nothing here needs a GPU.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+__all__ = ["GpuReport", "RdmaDevice", "gpu_report", "rdma_devices", "transports"]
+
+SYS_INFINIBAND = Path("/sys/class/infiniband")
+
+
+@dataclass
+class GpuReport:
+    """The GPU layer as the built extension sees it (see csrc/gpu/device_backend.cc)."""
+
+    platform: str
+    collectives: str
+    collectives_library: str
+    collectives_version: str
+    collectives_shrink: str
+    collectives_error: str
+    driver_library: str
+    driver_version: int
+    driver_devices: int
+    driver_error: str
+    dmabuf_export: bool
+    extension_path: str = ""
+    extension_error: str = ""
+
+    @property
+    def collectives_found(self) -> bool:
+        return self.collectives_library not in ("", "not found")
+
+
+def gpu_report() -> GpuReport:
+    """Asks the extension; when it cannot be imported, says why."""
+    try:
+        from torch_monarch import _C
+    except ImportError as e:
+        return GpuReport(
+            platform="unknown",
+            collectives="-",
+            collectives_library="not found",
+            collectives_version="-",
+            collectives_shrink="-",
+            collectives_error="the extension did not load",
+            driver_library="not found",
+            driver_version=-1,
+            driver_devices=-1,
+            driver_error="the extension did not load",
+            dmabuf_export=False,
+            extension_error=str(e),
+        )
+    facts = dict(_C.gpu_report())
+    return GpuReport(
+        platform=facts["platform"],
+        collectives=facts["collectives"],
+        collectives_library=facts["collectives_library"],
+        collectives_version=facts["collectives_version"],
+        collectives_shrink=facts["collectives_shrink"],
+        collectives_error=facts["collectives_error"],
+        driver_library=facts["driver_library"],
+        driver_version=int(facts["driver_version"]),
+        driver_devices=int(facts["driver_devices"]),
+        driver_error=facts["driver_error"],
+        dmabuf_export=facts["dmabuf_export"] == "yes",
+        extension_path=str(getattr(_C, "__file__", "")),
+    )
+
+
+@dataclass
+class RdmaDevice:
+    """An RDMA device (InfiniBand or RoCE NIC) and its ports."""
+
+    name: str
+    node_guid: str = ""
+    # port number -> "ACTIVE InfiniBand 200 Gb/sec (4X HDR)"
+    ports: dict[str, str] = field(default_factory=dict)
+    source: str = "sysfs"
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
+
+
+def _sysfs_devices(root: Path) -> list[RdmaDevice]:
+    devices = []
+    if not root.is_dir():
+        return devices
+    for entry in sorted(root.iterdir()):
+        device = RdmaDevice(name=entry.name, node_guid=_read(entry / "node_guid"))
+        ports = entry / "ports"
+        if ports.is_dir():
+            for port in sorted(ports.iterdir(), key=lambda p: p.name):
+                state = _read(port / "state").split(":")[-1].strip()
+                described = " ".join(
+                    part for part in (state, _read(port / "link_layer"), _read(port / "rate")) if part
+                )
+                device.ports[port.name] = described
+        devices.append(device)
+    return devices
+
+
+def _ibverbs_devices() -> tuple[Optional[list[str]], str]:
+    """Device names from libibverbs (None when it cannot be loaded) and the library's status."""
+    try:
+        lib = ctypes.CDLL("libibverbs.so.1")
+    except OSError:
+        return None, "libibverbs.so.1 not found"
+    lib.ibv_get_device_list.restype = ctypes.POINTER(ctypes.c_void_p)
+    lib.ibv_get_device_list.argtypes = [ctypes.POINTER(ctypes.c_int)]
+    lib.ibv_get_device_name.restype = ctypes.c_char_p
+    lib.ibv_get_device_name.argtypes = [ctypes.c_void_p]
+    lib.ibv_free_device_list.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
+    count = ctypes.c_int(0)
+    devices = lib.ibv_get_device_list(ctypes.byref(count))
+    if not devices:
+        return [], "libibverbs.so.1 loaded; ibv_get_device_list failed"
+    try:
+        names = [lib.ibv_get_device_name(devices[i]).decode() for i in range(count.value)]
+    finally:
+        lib.ibv_free_device_list(devices)
+    return names, "libibverbs.so.1 loaded"
+
+
+def rdma_devices(root: Path = SYS_INFINIBAND) -> tuple[list[RdmaDevice], str]:
+    """RDMA devices from sysfs, plus any only libibverbs knows; and libibverbs' status."""
+    devices = _sysfs_devices(root)
+    names, status = _ibverbs_devices()
+    known = {device.name for device in devices}
+    for name in names or []:
+        if name not in known:
+            devices.append(RdmaDevice(name=name, source="libibverbs"))
+    return devices, status
+
+
+def transports(report: GpuReport, rdma: list[RdmaDevice]) -> list[tuple[str, str]]:
+    """(transport, when it is used) for a group created with the current environment."""
+    from torch_monarch.options import Options
+
+    try:
+        setting = Options().with_env_overrides().transport
+    except ValueError as e:
+        setting = f"invalid ({e})"
+    selected = [("tcp", "every peer: handshake, control frames, heartbeats, payloads")]
+    if setting == "auto":
+        selected.append(
+            (
+                "same-host remote read",
+                "large payloads between processes on one host (process_vm_readv), where the kernel lets "
+                "peers read each other's memory (probed at connect); MONARCH_TRANSPORT=tcp turns it off",
+            )
+        )
+    else:
+        selected.append(("same-host remote read", f"off (MONARCH_TRANSPORT={os.environ.get('MONARCH_TRANSPORT')})"))
+    if report.platform in ("cuda", "rocm") and report.collectives_found:
+        selected.append((report.collectives, f"GPU tensors, {report.collectives} {report.collectives_version}"))
+    elif report.platform in ("cuda", "rocm"):
+        selected.append((report.collectives, "GPU tensors: unavailable, the library was not found"))
+    else:
+        selected.append(("GPU", "none (the extension was built without GPU support)"))
+    selected.append(("ibverbs", f"not implemented yet ({len(rdma)} RDMA device(s) found)"))
+    return selected

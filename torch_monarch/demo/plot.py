@@ -1,0 +1,79 @@
+"""``timeline.png``: replicas in the quorum over time, and the loss with and without failures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from torch_monarch.demo.analysis import FailureRecord, RunData
+
+__all__ = ["plot_timeline"]
+
+_COLORS = {"kill": "tab:red", "segv": "tab:purple", "hang": "tab:orange", "comm": "tab:blue", "exc": "tab:brown", "exit": "tab:gray"}
+
+
+def _smooth(values: list[float], n: int) -> list[float]:
+    out, acc = [], 0.0
+    for i, v in enumerate(values):
+        acc += v
+        if i >= n:
+            acc -= values[i - n]
+        out.append(acc / min(i + 1, n))
+    return out
+
+
+def _participants_series(run: RunData) -> tuple[list[float], list[int]]:
+    """Replicas committing together, per commit of any replica (step function)."""
+    times, counts = [], []
+    by_step: dict[int, set[str]] = {}
+    for c in run.all_commits():
+        by_step.setdefault(c.step, set()).add(c.replica)
+    for c in run.all_commits():
+        times.append(run.rel(c.t))
+        counts.append(len(by_step[c.step]))
+    return times, counts
+
+
+def _loss_series(run: RunData, smooth: int = 25) -> tuple[list[float], list[float]]:
+    commits = run.all_commits()
+    times = [run.rel(c.t) for c in commits]
+    return times, _smooth([c.loss for c in commits], smooth * max(1, len(run.commits)))
+
+
+def plot_timeline(path: Path, run: RunData, baseline: RunData, failures: Sequence[FailureRecord], replicas: int) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_q, ax_loss) = plt.subplots(2, 1, figsize=(11, 7), sharex=True, gridspec_kw={"height_ratios": [1, 1.3]})
+    t, n = _participants_series(run)
+    tb, nb = _participants_series(baseline)
+    ax_q.step(tb, nb, where="post", color="0.6", lw=1.2, label="failure-free run")
+    ax_q.step(t, n, where="post", color="tab:green", lw=1.5, label="with failures")
+    for f in failures:
+        color = _COLORS.get(f.kind, "k")
+        ax_q.axvline(f.injected_s, color=color, ls="--", lw=1)
+        ax_q.text(f.injected_s, replicas + 0.15, f"{f.kind} r{f.replica}", color=color, fontsize=8, ha="center")
+        if f.rejoined_s is not None:
+            ax_q.axvspan(f.injected_s, f.rejoined_s, color=color, alpha=0.12)
+    ax_q.set_ylim(0, replicas + 0.6)
+    ax_q.set_yticks(range(0, replicas + 1))
+    ax_q.set_ylabel("replicas committing\neach step")
+    ax_q.legend(loc="lower right", fontsize=8)
+    ax_q.set_title("torch_monarch demo: failures injected, replicas restarted in place, healed and rejoined")
+
+    lt, lv = _loss_series(run)
+    bt, bv = _loss_series(baseline)
+    ax_loss.plot(bt, bv, color="0.6", lw=1.2, label="failure-free run")
+    ax_loss.plot(lt, lv, color="tab:green", lw=1.5, label="with failures")
+    for f in failures:
+        ax_loss.axvline(f.injected_s, color=_COLORS.get(f.kind, "k"), ls="--", lw=1)
+    ax_loss.set_ylabel("training loss (smoothed)")
+    ax_loss.set_xlabel("seconds since all replicas were training")
+    ax_loss.set_xlim(0, max(run.duration_s, baseline.duration_s))
+    ax_loss.legend(loc="upper right", fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

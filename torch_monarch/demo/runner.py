@@ -1,0 +1,171 @@
+"""Runs one phase of the demo: a ``monarch-run`` job for a fixed time.
+
+A phase starts the replicas, waits until all of them train in one quorum
+(the measurement window starts then), runs for ``duration_s`` while the
+failure drill (if any) injects failures, then stops the job cleanly: it
+waits until every replica is back in the full quorum, asks all workers to
+stop at the same step (``control.json``), and waits for them to exit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from torch_monarch.demo.config import DemoConfig
+from torch_monarch.launch.args import parse_args
+from torch_monarch.launch.inject import FailureInjector, Injection, InjectionSpec
+from torch_monarch.launch.job import Job
+from torch_monarch.launch.status_view import StatusView, replica_rows
+from torch_monarch.quorum.lighthouse import LighthouseConfig
+from torch_monarch.supervision.rundir import read_json, write_json
+
+__all__ = ["PhaseResult", "PhaseSpec", "run_phase"]
+
+logger: logging.Logger = logging.getLogger(__name__)
+
+_TRAIN_SCRIPT = str(Path(__file__).with_name("train.py"))
+
+
+@dataclass
+class PhaseSpec:
+    """What one phase runs."""
+
+    name: str
+    run_dir: Path
+    duration_s: float
+    replicas: int = 4
+    workers: int = 2
+    min_replicas: int = 2
+    inject: Optional[InjectionSpec] = None
+    status: str = "log"
+    config: DemoConfig = field(default_factory=DemoConfig)
+    startup_timeout_s: float = 180.0
+    stop_timeout_s: float = 90.0
+    env: dict[str, str] = field(default_factory=dict)
+    #: the embedded Lighthouse's settings (None: torch_monarch's defaults)
+    lighthouse: Optional[LighthouseConfig] = None
+    #: further monarch-run flags (they override the ones above)
+    extra_args: list[str] = field(default_factory=list)
+    #: fork workers from a preloaded forkserver (else new interpreters, like torchrun)
+    preload: bool = True
+
+
+@dataclass
+class PhaseResult:
+    spec: PhaseSpec
+    window_start: float = 0.0
+    window_end: float = 0.0
+    stop_step: Optional[int] = None
+    injections: list[Injection] = field(default_factory=list)
+    succeeded: bool = False
+    message: str = ""
+    #: the host's 1-minute load average at the window's start and end (other jobs share the CPUs)
+    load_average: list[float] = field(default_factory=list)
+
+
+def _args(spec: PhaseSpec) -> list[str]:
+    preload = ["--preload", "torch_monarch.demo.warmup"] if spec.preload else []
+    return [
+        "--replicas",
+        str(spec.replicas),
+        "--nproc-per-node",
+        str(spec.workers),
+        "--min-replicas",
+        str(spec.min_replicas),
+        "--max-restarts",
+        "10",
+        "--restart-backoff",
+        "0.5",
+        "--hang-timeout",
+        "20",
+        *preload,
+        "--redirects",
+        "3",
+        "--run-dir",
+        str(spec.run_dir),
+        *spec.extra_args,
+        _TRAIN_SCRIPT,
+    ]
+
+
+def _all_ready(job: Job, workers: int) -> bool:
+    for replica_id in job.replica_ids:
+        for rank in range(workers):
+            status = read_json(job.run_dir.worker_path(replica_id, rank))
+            if not status or status.get("state") != "ready":
+                return False
+    return True
+
+
+def run_phase(spec: PhaseSpec) -> PhaseResult:
+    """Runs the phase; see the module docstring."""
+    if spec.run_dir.exists():
+        shutil.rmtree(spec.run_dir)
+    spec.run_dir.mkdir(parents=True)
+    args = parse_args(_args(spec))
+    lighthouse = None
+    if spec.lighthouse is not None:
+        lighthouse = dataclasses.replace(spec.lighthouse, min_replicas=spec.min_replicas)
+    job = Job(args, lighthouse=lighthouse, env={**spec.config.to_env(), "MONARCH_START_BARRIER": "1", **spec.env})
+    view = StatusView(job.run_dir, job.replica_ids, mode=spec.status, title=f"monarch demo: {spec.name}", log_every_s=10.0)
+    injector = FailureInjector(job.run_dir, spec.inject, job.replica_ids) if spec.inject else None
+    result = PhaseResult(spec)
+    job.start()
+    try:
+        # 1. Start-up: every worker of every replica ready, then all start together.
+        deadline = time.monotonic() + spec.startup_timeout_s
+        while not _all_ready(job, spec.workers):
+            if not job.poll() or time.monotonic() > deadline:
+                result.message = "replicas did not all start"
+                return result
+            view.refresh(extra="starting replicas")
+            time.sleep(0.2)
+        write_json(job.run_dir.control_path, {"start": True})
+        result.window_start = time.time()
+        result.load_average.append(os.getloadavg()[0])
+        job.run_dir.event("window_start", phase=spec.name)
+        if injector is not None:
+            injector.start()
+        # 2. The measured window.
+        end = time.monotonic() + spec.duration_s
+        while time.monotonic() < end:
+            if not job.poll():
+                result.message = "job ended early"
+                break
+            if injector is not None:
+                injector.tick()
+            remaining = end - time.monotonic()
+            view.refresh(extra=f"{spec.name}: {remaining:5.0f}s left")
+            time.sleep(0.2)
+        result.window_end = time.time()
+        result.load_average.append(os.getloadavg()[0])
+        job.run_dir.event("window_end", phase=spec.name)
+        if injector is not None:
+            result.injections = list(injector.injections)
+        # 3. Stop every replica at one step, once all are back in the quorum.
+        deadline = time.monotonic() + spec.stop_timeout_s
+        while not job.all_training() and time.monotonic() < deadline and job.poll():
+            view.refresh(extra="waiting for all replicas before stopping")
+            time.sleep(0.2)
+        steps = [row.step or 0 for row in replica_rows(job.run_dir, job.replica_ids)]
+        result.stop_step = max(steps) + 5
+        write_json(job.run_dir.control_path, {"start": True, "stop_at_step": result.stop_step})
+        job.run_dir.event("stop_requested", step=result.stop_step)
+        while job.poll() and time.monotonic() < deadline:
+            view.refresh(extra=f"stopping at step {result.stop_step}")
+            time.sleep(0.2)
+        result.succeeded = job.succeeded
+        if not result.succeeded:
+            result.message = "replicas did not all finish cleanly"
+        return result
+    finally:
+        job.stop()
+        view.refresh()
+        view.close()

@@ -1,0 +1,127 @@
+"""``monarch-run``'s command line: torchrun's, plus replica groups.
+
+Every torchrun flag is accepted with torchrun's meaning (the parser *is*
+torchrun's, ``torch.distributed.run.get_args_parser``), so
+``monarch-run --nproc-per-node 4 train.py`` behaves like
+``torchrun --nproc-per-node 4 train.py`` with torch_monarch's supervision
+(hang detection, restart policy with backoff, error reports). The added
+flags turn one job into ``--replicas`` replica groups with a quorum.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Optional, Sequence
+
+__all__ = ["get_args_parser", "parse_args"]
+
+
+def _env(name: str, default: str) -> str:
+    return os.environ.get(name, default)
+
+
+def _add(group: argparse._ArgumentGroup, flag: str, **kwargs: object) -> None:
+    """Adds ``--a-b`` with torchrun's ``--a_b`` alias."""
+    flags = [flag]
+    if "-" in flag[2:]:
+        flags.append("--" + flag[2:].replace("-", "_"))
+    group.add_argument(*flags, **kwargs)  # type: ignore[arg-type]
+
+
+def get_args_parser() -> argparse.ArgumentParser:
+    from torch.distributed.run import get_args_parser as torchrun_parser
+
+    parser = torchrun_parser()
+    parser.prog = "monarch-run"
+    parser.description = (
+        "torchrun-compatible launcher with replica groups, a TorchFT quorum, "
+        "restart policies, failure drills and a live status view."
+    )
+    # torchrun never restarts by default; a fault-tolerant launcher does.
+    parser.set_defaults(max_restarts=int(_env("MONARCH_MAX_RESTARTS", "3")))
+    group = parser.add_argument_group("replica groups (torch_monarch)")
+    _add(group, "--replicas", type=int, default=int(_env("MONARCH_REPLICAS", "1")), help="Replica groups (default 1).")
+    _add(
+        group,
+        "--min-replicas",
+        type=int,
+        default=int(_env("MONARCH_MIN_REPLICAS", "1")),
+        help="Fewest replicas a quorum may have and the job may go on with.",
+    )
+    _add(
+        group,
+        "--lighthouse",
+        default=_env("MONARCH_LIGHTHOUSE", ""),
+        help="Address of an existing TorchFT Lighthouse; default: an embedded one.",
+    )
+    _add(
+        group,
+        "--restart-window",
+        type=float,
+        default=float(_env("MONARCH_RESTART_WINDOW_S", "300")),
+        help="Seconds over which --max-restarts counts a replica's restarts (default 300).",
+    )
+    _add(
+        group,
+        "--restart-backoff",
+        type=float,
+        default=float(_env("MONARCH_RESTART_BACKOFF_S", "0.5")),
+        help="Initial delay before restarting a replica's workers; doubles with each restart in the window.",
+    )
+    _add(
+        group,
+        "--replace-replicas",
+        type=int,
+        default=int(_env("MONARCH_REPLACE_REPLICAS", "1")),
+        help="How often a replica that escalates is replaced by a new allocation before the job goes on without it.",
+    )
+    _add(
+        group,
+        "--hang-timeout",
+        type=float,
+        default=float(_env("MONARCH_HANG_PROGRESS_TIMEOUT_S", "60")),
+        help="Seconds without report_progress() after which a training worker is hung (0: off).",
+    )
+    _add(group, "--no-hang-detection", action="store_true", help="Do not probe for hung workers (like torchrun).")
+    _add(
+        group,
+        "--inject-failures",
+        default="",
+        help="Failure drill, e.g. 'every=20s,kinds=kill,segv,hang,comm,seed=1' (also start=, until=, count=).",
+    )
+    _add(
+        group,
+        "--status",
+        choices=["live", "log", "none"],
+        default="",
+        help="Status view: live (redrawn table; default on a terminal), log (lines), none.",
+    )
+    _add(group, "--run-dir", default="", help="Directory for status, events and logs (default: a new temporary one).")
+    _add(
+        group,
+        "--preload",
+        default="",
+        help="Comma-separated modules imported once in a forkserver; workers fork from it with them loaded "
+        "(implies --start-method forkserver and --run-path): restarts in a fraction of a second.",
+    )
+    _add(
+        group,
+        "--scheduler",
+        default="local",
+        help="Where replicas run: local, or a TorchX scheduler (slurm, kubernetes, ...).",
+    )
+    _add(group, "--scheduler-cfg", default="", help="TorchX run options, e.g. 'partition=gpu,time=60'.")
+    _add(group, "--image", default="", help="Image or working directory for cluster schedulers.")
+    _add(group, "--dryrun", action="store_true", help="Print each replica's job spec and exit.")
+    _add(group, "--replica-id", default=None, help=argparse.SUPPRESS)
+    return parser
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    args = get_args_parser().parse_args(argv)
+    if args.replicas < 1:
+        raise SystemExit("monarch-run: --replicas must be >= 1")
+    if not 1 <= args.min_replicas <= args.replicas:
+        raise SystemExit("monarch-run: --min-replicas must be between 1 and --replicas")
+    return args

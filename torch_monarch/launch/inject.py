@@ -1,0 +1,235 @@
+"""Failure drills: ``--inject-failures every=20s,kinds=kill,segv,hang,comm,seed=1``.
+
+Kinds and how they are caused:
+
+========  =====================================================  ===================
+kind      what happens to one worker of one replica              observed as
+========  =====================================================  ===================
+kill      SIGKILL                                                 signal
+segv      SIGSEGV (faulthandler dumps its Python stacks)          signal + stacks
+hang      SIGSTOP: alive but frozen                               hang
+comm      aborts its replica's process group mid-training         collective error
+exc       raises an exception in the training loop                exception + traceback
+exit      exits with code 3                                       exit code
+========  =====================================================  ===================
+
+Signals go to the worker's pid (as reported in its status file); the
+others are drill commands the worker runs at its next ``report_progress``.
+Kinds are used in the given order, round robin, so every kind occurs;
+the victim (replica, rank) is drawn with ``seed``. A failure is injected
+only into a replica whose workers are all training, so one failure is
+recovered before the next hits the same replica.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import re
+import signal
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
+
+from torch_monarch.supervision.rundir import RunDir, read_json, write_json
+from torch_monarch.supervision.worker import ACTIVE_STATES
+
+__all__ = ["FailureInjector", "Injection", "InjectionSpec", "KINDS"]
+
+logger: logging.Logger = logging.getLogger(__name__)
+
+KINDS = ("kill", "segv", "hang", "comm", "exc", "exit")
+_SIGNALS = {"kill": signal.SIGKILL, "segv": signal.SIGSEGV, "hang": signal.SIGSTOP}
+
+
+def _seconds(text: str) -> float:
+    match = re.fullmatch(r"\s*([0-9.]+)\s*(ms|s|m)?\s*", text)
+    if not match:
+        raise ValueError(f"not a duration: {text!r}")
+    value = float(match.group(1))
+    unit = match.group(2) or "s"
+    return value / 1000.0 if unit == "ms" else value * 60.0 if unit == "m" else value
+
+
+@dataclass(frozen=True)
+class InjectionSpec:
+    """When and what to inject.
+
+    Attributes:
+        every_s: seconds between injections.
+        kinds: kinds to cycle through (see the module docstring).
+        seed: victim selection seed.
+        start_s: first injection, seconds after training starts (default ``every_s``).
+        until_s: no injection after this many seconds.
+        count: at most this many injections.
+    """
+
+    every_s: float = 20.0
+    kinds: tuple[str, ...] = ("kill", "segv", "hang", "comm")
+    seed: int = 0
+    start_s: Optional[float] = None
+    until_s: Optional[float] = None
+    count: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        unknown = [k for k in self.kinds if k not in KINDS]
+        if unknown or not self.kinds:
+            raise ValueError(f"unknown failure kinds {unknown}; choose from {', '.join(KINDS)}")
+        if self.every_s <= 0:
+            raise ValueError("every must be positive")
+
+    @classmethod
+    def parse(cls, text: str) -> "InjectionSpec":
+        """Parses ``every=20s,kinds=kill,segv,hang,comm,seed=1,start=10s,until=100s,count=5``."""
+        values: dict[str, list[str]] = {}
+        key: Optional[str] = None
+        for token in (t.strip() for t in text.split(",")):
+            if not token:
+                continue
+            if "=" in token:
+                key, value = token.split("=", 1)
+                key = key.strip()
+                values.setdefault(key, []).append(value.strip())
+            elif key == "kinds":
+                values[key].append(token)
+            else:
+                raise ValueError(f"cannot parse {token!r} in --inject-failures {text!r}")
+        fields: dict[str, object] = {}
+        for name, items in values.items():
+            if name == "every":
+                fields["every_s"] = _seconds(items[0])
+            elif name == "kinds":
+                fields["kinds"] = tuple(k for item in items for k in item.replace("+", " ").split())
+            elif name == "seed":
+                fields["seed"] = int(items[0])
+            elif name == "start":
+                fields["start_s"] = _seconds(items[0])
+            elif name == "until":
+                fields["until_s"] = _seconds(items[0])
+            elif name == "count":
+                fields["count"] = int(items[0])
+            else:
+                raise ValueError(f"unknown key {name!r} in --inject-failures {text!r}")
+        return cls(**fields)  # type: ignore[arg-type]
+
+    def schedule(self) -> list[float]:
+        """Planned injection offsets (seconds after start), up to ``until``/``count``."""
+        out: list[float] = []
+        t = self.every_s if self.start_s is None else self.start_s
+        limit = self.until_s if self.until_s is not None else float("inf")
+        while t <= limit and (self.count is None or len(out) < self.count):
+            out.append(t)
+            if self.until_s is None and self.count is None and len(out) >= 10000:
+                break
+            t += self.every_s
+        return out
+
+
+@dataclass(frozen=True)
+class Injection:
+    """One injected failure."""
+
+    id: int
+    kind: str
+    replica_id: str
+    rank: int
+    pid: int
+    t: float
+    planned_s: float
+
+
+class FailureInjector:
+    """Injects failures into a running job per an :class:`InjectionSpec`.
+
+    Call :meth:`tick` regularly (the launcher's loop does) after
+    :meth:`start`.
+    """
+
+    def __init__(
+        self,
+        run_dir: RunDir,
+        spec: InjectionSpec,
+        replica_ids: Sequence[str],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.run_dir = run_dir
+        self.spec = spec
+        self.replica_ids = list(replica_ids)
+        self._clock = clock
+        self._rng = random.Random(spec.seed)
+        self._plan = spec.schedule()
+        self._start: Optional[float] = None
+        self.injections: list[Injection] = []
+
+    def start(self, now: Optional[float] = None) -> None:
+        self._start = self._clock() if now is None else now
+
+    @property
+    def started(self) -> bool:
+        return self._start is not None
+
+    @property
+    def done(self) -> bool:
+        return self._start is not None and len(self.injections) >= len(self._plan)
+
+    def _candidates(self) -> list[tuple[str, int, int]]:
+        """(replica, rank, pid) of workers in replicas whose workers are all training."""
+        out = []
+        for replica_id in self.replica_ids:
+            agent = read_json(self.run_dir.agent_path(replica_id)) or {}
+            if agent.get("state") != "running":
+                continue
+            workers = agent.get("workers") or {}
+            statuses = []
+            for rank in range(len(workers)):
+                status = read_json(self.run_dir.worker_path(replica_id, rank))
+                if not status or status.get("state") not in ACTIVE_STATES or status.get("pid") not in workers.values():
+                    break
+                statuses.append(status)
+            else:
+                out.extend((replica_id, int(s["rank"]), int(s["pid"])) for s in statuses)
+        return out
+
+    def tick(self) -> Optional[Injection]:
+        """Injects the next failure if it is due and a victim is available."""
+        if self._start is None or self.done:
+            return None
+        planned = self._plan[len(self.injections)]
+        if self._clock() - self._start < planned:
+            return None
+        candidates = self._candidates()
+        if not candidates:
+            return None  # every replica is recovering: try again at the next tick
+        kind = self.spec.kinds[len(self.injections) % len(self.spec.kinds)]
+        replica_id, rank, pid = self._rng.choice(sorted(candidates))
+        injection = Injection(len(self.injections), kind, replica_id, rank, pid, time.time(), planned)
+        self._inject(injection)
+        self.injections.append(injection)
+        return injection
+
+    def _inject(self, injection: Injection) -> None:
+        self.run_dir.event(
+            "inject",
+            t=injection.t,
+            id=injection.id,
+            kind=injection.kind,
+            replica=injection.replica_id,
+            rank=injection.rank,
+            pid=injection.pid,
+            planned_s=injection.planned_s,
+        )
+        logger.warning(
+            "injecting %s into replica %s rank %d (pid %d)", injection.kind, injection.replica_id, injection.rank, injection.pid
+        )
+        sig = _SIGNALS.get(injection.kind)
+        if sig is not None:
+            try:
+                os.kill(injection.pid, sig)
+            except ProcessLookupError:
+                logger.warning("injection target pid %d already gone", injection.pid)
+            return
+        write_json(
+            self.run_dir.drill_path(injection.replica_id, injection.rank),
+            {"id": injection.id, "kind": injection.kind, "t": injection.t},
+        )

@@ -1,0 +1,116 @@
+"""Replica mode of ``monarch-run``: one replica's agent on this host.
+
+``python -m torch_monarch.run --replica-id 2 --lighthouse ADDR ... train.py``
+is what a scheduler runs for each replica (the orchestrator builds the
+command with :func:`replica_args`). It is torchrun's agent for this
+replica's workers (same rendezvous, environment, log handling), supervised
+by a :class:`ReplicaSupervisor`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import uuid
+from typing import Optional
+
+from torch_monarch.supervision.policy import Backoff, RestartPolicy
+from torch_monarch.supervision.probes import HangConfig
+from torch_monarch.supervision.replica import ReplicaOptions, run_replica
+from torch_monarch.supervision.rundir import RunDir
+
+__all__ = ["replica_args", "run_replica_mode"]
+
+logger: logging.Logger = logging.getLogger(__name__)
+
+
+def _prepare_rendezvous(args: argparse.Namespace) -> None:
+    """torchrun's own defaulting (``torch.distributed.run.run``)."""
+    from torch.distributed.run import parse_min_max_nnodes
+
+    if args.standalone:
+        args.rdzv_backend = "c10d"
+        args.rdzv_endpoint = "localhost:0"
+        args.rdzv_id = str(uuid.uuid4())
+    elif args.rdzv_backend == "static" and not args.rdzv_endpoint and args.master_port is None:
+        _, max_nodes = parse_min_max_nnodes(args.nnodes)
+        if max_nodes == 1:
+            args.rdzv_backend = "c10d"
+            args.rdzv_endpoint = "localhost:0"
+            args.rdzv_id = str(uuid.uuid4())
+    if args.master_port is None:
+        args.master_port = 29500
+
+
+def run_replica_mode(args: argparse.Namespace) -> int:
+    from torch.distributed.run import config_from_args
+
+    replica_id = str(args.replica_id)
+    run_dir = RunDir(args.run_dir) if args.run_dir else None
+    preload = [m for m in args.preload.split(",") if m]
+    if preload:
+        args.start_method = "forkserver"
+        args.run_path = True
+    if run_dir is not None and args.log_dir is None:
+        args.log_dir = str(run_dir.logs_dir(replica_id))
+    _prepare_rendezvous(args)
+    config, cmd, cmd_args = config_from_args(args)
+    env = {"REPLICA_GROUP_ID": replica_id, "NUM_REPLICA_GROUPS": str(args.replicas)}
+    if args.lighthouse:
+        env["TORCHFT_LIGHTHOUSE"] = args.lighthouse
+    options = ReplicaOptions(
+        replica_id=replica_id,
+        policy=RestartPolicy(args.max_restarts, args.restart_window, Backoff(initial_s=args.restart_backoff)),
+        hang=HangConfig(enabled=not args.no_hang_detection, progress_timeout_s=args.hang_timeout).with_env_overrides(),
+        run_dir=run_dir,
+        preload=preload,
+        env=env,
+    )
+    return run_replica(config, cmd, cmd_args, options)
+
+
+def replica_args(args: argparse.Namespace, replica_id: str, lighthouse: str, run_dir: Optional[RunDir]) -> list[str]:
+    """Flags of the replica agent command for ``replica_id`` (besides --nnodes/--nproc-per-node)."""
+    out = [
+        "--replica-id",
+        replica_id,
+        "--replicas",
+        str(args.replicas),
+        "--min-replicas",
+        str(args.min_replicas),
+        "--max-restarts",
+        str(args.max_restarts),
+        "--restart-window",
+        str(args.restart_window),
+        "--restart-backoff",
+        str(args.restart_backoff),
+        "--hang-timeout",
+        str(args.hang_timeout),
+        "--monitor-interval",
+        str(args.monitor_interval),
+        "--redirects",
+        str(args.redirects),
+        "--tee",
+        str(args.tee),
+    ]
+    if lighthouse:
+        out += ["--lighthouse", lighthouse]
+    if run_dir is not None:
+        out += ["--run-dir", str(run_dir.root)]
+    if args.no_hang_detection:
+        out.append("--no-hang-detection")
+    if args.preload:
+        out += ["--preload", args.preload]
+    else:
+        out += ["--start-method", args.start_method]
+        if args.run_path:
+            out.append("--run-path")
+    if args.module:
+        out.append("--module")
+    if args.no_python:
+        out.append("--no-python")
+    if args.role != "default":
+        out += ["--role", args.role]
+    out.append(args.training_script)
+    out += list(args.training_script_args)
+    return out

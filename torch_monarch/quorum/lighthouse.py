@@ -1,0 +1,95 @@
+"""The quorum service: TorchFT's Lighthouse, embedded in the launcher.
+
+Every replica's TorchFT Manager asks the Lighthouse for a quorum at each
+step. A replica whose Manager stops heartbeating for
+``heartbeat_timeout_ms`` is dropped from the next quorum, so that number is
+how long the healthy replicas wait for a dead one: torchft's default (5 s)
+is tuned for large clusters; torch_monarch's default is 1 s, which the
+backend makes safe because the failed step itself is reported by the
+process group at once (heartbeat detection), not by a timeout. Likewise
+``join_timeout_ms`` (how long a quorum waits for a replica that heartbeats
+but has not asked to join, e.g. one still starting) is 5 s instead of 60 s.
+
+Environment overrides: ``MONARCH_LIGHTHOUSE_<FIELD>`` (e.g.
+``MONARCH_LIGHTHOUSE_HEARTBEAT_TIMEOUT_MS=2000``).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from torch_monarch._env import with_env_overrides
+
+__all__ = ["EmbeddedLighthouse", "LighthouseConfig", "TORCHFT_DEFAULTS"]
+
+logger: logging.Logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LighthouseConfig:
+    """Settings of ``torchft.coordination.LighthouseServer``.
+
+    Attributes:
+        bind: listen address (``[::]:0`` picks a free port).
+        min_replicas: fewest replicas a quorum may have.
+        join_timeout_ms: how long a valid quorum waits for heartbeating
+            replicas that have not asked to join yet.
+        quorum_tick_ms: how often a pending quorum is re-checked.
+        heartbeat_timeout_ms: silence after which a replica is dead.
+    """
+
+    bind: str = "[::]:0"
+    min_replicas: int = 1
+    join_timeout_ms: int = 5000
+    quorum_tick_ms: int = 100
+    heartbeat_timeout_ms: int = 1000
+
+    def with_env_overrides(self) -> "LighthouseConfig":
+        return with_env_overrides(self, "MONARCH_LIGHTHOUSE_")
+
+
+#: TorchFT's own defaults (for comparisons).
+TORCHFT_DEFAULTS = LighthouseConfig(join_timeout_ms=60000, quorum_tick_ms=100, heartbeat_timeout_ms=5000)
+
+
+class EmbeddedLighthouse:
+    """A LighthouseServer in this process; ``address`` is what replicas use."""
+
+    def __init__(self, config: LighthouseConfig) -> None:
+        from torchft.coordination import LighthouseServer
+
+        self.config = config
+        self._server: Optional[Any] = LighthouseServer(
+            bind=config.bind,
+            min_replicas=config.min_replicas,
+            join_timeout_ms=config.join_timeout_ms,
+            quorum_tick_ms=config.quorum_tick_ms,
+            heartbeat_timeout_ms=config.heartbeat_timeout_ms,
+        )
+        self.address: str = _reachable(self._server.address())
+        logger.info("lighthouse listening on %s (%s)", self.address, config)
+
+    def shutdown(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server = None
+
+    def __enter__(self) -> "EmbeddedLighthouse":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+
+def _reachable(address: str) -> str:
+    """The Lighthouse reports ``http://<hostname>:<port>``; keep it if the name resolves."""
+    host = address.split("://", 1)[-1].rsplit(":", 1)[0]
+    try:
+        socket.getaddrinfo(host, None)
+        return address
+    except OSError:
+        port = address.rsplit(":", 1)[-1]
+        return f"http://127.0.0.1:{port}"

@@ -1,0 +1,132 @@
+"""TorchFT's Manager, wired for a replica supervised by torch_monarch.
+
+Inside a replica, workers talk over the "monarch" backend (the default
+process group). Across replicas, worker ``r`` of every replica belongs to
+one TorchFT process group, reconfigured by the Manager at each quorum
+change; by default that group is ``ProcessGroupMonarch``.
+
+:func:`make_manager` also gives every incarnation of a replica a fresh
+TCPStore for the Manager: the agent's store survives worker restarts, and a
+restarted worker must not read the previous incarnation's Manager address.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Callable, Optional
+
+from torch_monarch._env import with_env_overrides
+from torch_monarch.quorum.process_group import make_process_group
+
+__all__ = ["QuorumConfig", "make_manager"]
+
+logger: logging.Logger = logging.getLogger(__name__)
+
+_STORE_KEY = "monarch/manager_store"
+
+
+@dataclass(frozen=True)
+class QuorumConfig:
+    """How a replica takes part in quorums (env: ``MONARCH_QUORUM_<FIELD>``).
+
+    Attributes:
+        pg: cross-replica process group, ``monarch`` or ``gloo`` (empty:
+            ``$MONARCH_FT_PG``, else monarch).
+        timeout_s: collectives, should_commit and checkpoint transfer.
+        quorum_timeout_s: how long a quorum request may wait.
+        connect_timeout_s: RPC connections to the Manager and Lighthouse.
+        heartbeat_interval_ms: Manager → Lighthouse heartbeats.
+        min_replica_size: fewest replicas that may commit a step.
+    """
+
+    pg: str = ""
+    timeout_s: float = 30.0
+    quorum_timeout_s: float = 60.0
+    connect_timeout_s: float = 10.0
+    heartbeat_interval_ms: int = 100
+    min_replica_size: int = 1
+
+    def with_env_overrides(self) -> "QuorumConfig":
+        return with_env_overrides(self, "MONARCH_QUORUM_")
+
+
+def _host() -> str:
+    host = os.environ.get("MONARCH_HOST") or socket.gethostname()
+    try:
+        socket.getaddrinfo(host, None)
+        return host
+    except OSError:
+        return "127.0.0.1"
+
+
+def _manager_store(rank: int, world_size: int) -> tuple[Any, str, int]:
+    """A TCPStore for this incarnation's Manager: (store, host, port)."""
+    import torch.distributed as dist
+    from torch.distributed import TCPStore
+
+    if rank == 0:
+        host = _host()
+        store = TCPStore(host_name=host, port=0, is_master=True, wait_for_workers=False)
+        port = store.port
+        if world_size > 1:
+            dist.distributed_c10d._get_default_store().set(_STORE_KEY, f"{host}:{port}")
+        return store, host, port
+    if not dist.is_initialized():
+        raise RuntimeError("make_manager: ranks > 0 need the replica's default process group initialised first")
+    address = dist.distributed_c10d._get_default_store().get(_STORE_KEY).decode()
+    host, port = address.rsplit(":", 1)
+    return None, host, int(port)
+
+
+def make_manager(
+    *,
+    state_dict: Callable[[], Any],
+    load_state_dict: Callable[[Any], None],
+    replica_id: str,
+    config: QuorumConfig = QuorumConfig(),
+    lighthouse_addr: Optional[str] = None,
+    pg: Any = None,
+    rank: Optional[int] = None,
+    world_size: Optional[int] = None,
+    **manager_kwargs: Any,
+) -> Any:
+    """A ``torchft.Manager`` for this worker.
+
+    Call after ``init_process_group`` (ranks > 0 read the Manager's store
+    address from the replica's default store). ``replica_id`` should end in
+    the replica's number (TorchFT derives global ranks from it).
+    ``lighthouse_addr`` defaults to ``$TORCHFT_LIGHTHOUSE``.
+    """
+    from torchft import Manager
+
+    rank = int(os.environ.get("RANK", "0")) if rank is None else rank
+    world_size = int(os.environ.get("WORLD_SIZE", "1")) if world_size is None else world_size
+    store, host, port = _manager_store(rank, world_size)
+    if pg is None:
+        pg = make_process_group(config.pg or None, timedelta(seconds=config.timeout_s))
+    manager = Manager(
+        pg=pg,
+        load_state_dict=load_state_dict,
+        state_dict=state_dict,
+        min_replica_size=config.min_replica_size,
+        timeout=timedelta(seconds=config.timeout_s),
+        quorum_timeout=timedelta(seconds=config.quorum_timeout_s),
+        connect_timeout=timedelta(seconds=config.connect_timeout_s),
+        heartbeat_interval=timedelta(milliseconds=config.heartbeat_interval_ms),
+        rank=rank,
+        world_size=world_size,
+        store_addr=host,
+        store_port=port,
+        lighthouse_addr=lighthouse_addr or os.environ.get("TORCHFT_LIGHTHOUSE"),
+        replica_id=replica_id,
+        hostname=host,
+        **manager_kwargs,
+    )
+    # Keep this incarnation's store server alive as long as the Manager.
+    manager._monarch_store = store  # type: ignore[attr-defined]
+    logger.info("replica %s rank %d: manager on store %s:%d with %s", replica_id, rank, host, port, type(pg).__name__)
+    return manager

@@ -1,0 +1,239 @@
+"""ReplicaSupervisor: restarts one replica's workers in place, or escalates.
+
+One replica group (e.g. the 2 workers of replica 0) is run by one elastic
+agent per host (:class:`MonarchAgent`). Any worker failure, a crash, an
+exception, a hang or a collective error inside the replica, stops all of
+its workers; the supervisor then restarts them in place, while the other
+replicas carry on in a smaller quorum. The restarted workers heal from a
+healthy replica and rejoin (TorchFT's Manager does that part).
+
+Past its :class:`RestartPolicy` the supervisor declines; the agent stops the
+workers and :func:`run_replica` reports the failure to the orchestrator,
+which replaces the replica or carries on without it.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Sequence, Union
+
+from torch_monarch.supervision.failure import Failure
+from torch_monarch.supervision.policy import RestartBudget, RestartPolicy
+from torch_monarch.supervision.probes import HangConfig, HangProbe
+from torch_monarch.supervision.rundir import RunDir, write_json
+from torch_monarch.supervision.supervisor import Supervisor
+
+__all__ = ["ReplicaOptions", "ReplicaSupervisor", "run_replica"]
+
+logger: logging.Logger = logging.getLogger(__name__)
+
+#: Exit code of a replica agent whose supervisor escalated a failure.
+EXIT_ESCALATED = 3
+
+
+class ReplicaSupervisor(Supervisor):
+    """Supervises one replica's workers with a :class:`RestartPolicy`.
+
+    ``supervise(failure)`` returns True (and sets ``last_delay``, the backoff
+    to wait) while the policy allows another restart, False otherwise.
+    """
+
+    def __init__(
+        self,
+        replica_id: str,
+        policy: RestartPolicy,
+        run_dir: Optional[RunDir] = None,
+        parent: Optional[Supervisor] = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__(f"replica {replica_id}", parent)
+        self.replica_id = replica_id
+        self.policy = policy
+        self.budget = RestartBudget(policy, clock)
+        self.run_dir = run_dir
+        self.last_delay: float = 0.0
+        self.failures: list[Failure] = []
+
+    @property
+    def restarts(self) -> int:
+        return self.budget.total
+
+    def supervise(self, failure: Failure) -> bool:
+        self.failures.append(failure)
+        delay = self.budget.request()
+        if delay is None:
+            logger.error(
+                "%s: %d restarts within %.0fs already; escalating %s",
+                self.name,
+                self.policy.max_restarts,
+                self.policy.window_s,
+                failure.describe(),
+            )
+            if self.run_dir is not None:
+                self.run_dir.event("escalated", replica=self.replica_id, by=self.name, kind=failure.kind.value)
+            return False
+        self.last_delay = delay
+        logger.warning(
+            "%s: restarting workers in place in %.2fs (restart %d): %s",
+            self.name,
+            delay,
+            self.budget.total,
+            failure.describe(),
+        )
+        if self.run_dir is not None:
+            self.run_dir.event(
+                "restart_scheduled",
+                replica=self.replica_id,
+                delay_s=delay,
+                restarts=self.budget.total,
+                kind=failure.kind.value,
+                who=failure.who,
+            )
+        return True
+
+
+@dataclass
+class ReplicaOptions:
+    """How ``run_replica`` runs one replica's agent on this host.
+
+    Attributes:
+        replica_id: this replica's id (``MONARCH_REPLICA_ID`` for workers).
+        policy: restart policy of the replica supervisor.
+        hang: hang probe settings.
+        run_dir: the job's run directory, if any.
+        preload: modules the forkserver imports once, so restarted workers
+            fork with them loaded (``start_method="forkserver"`` only).
+        env: extra environment for the workers.
+        stop_timeout_s: SIGTERM grace when stopping workers.
+    """
+
+    replica_id: str = "0"
+    policy: RestartPolicy = field(default_factory=RestartPolicy)
+    hang: HangConfig = field(default_factory=HangConfig)
+    run_dir: Optional[RunDir] = None
+    preload: Sequence[str] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    stop_timeout_s: int = 5
+
+
+def _plain_torch_log_format() -> None:
+    """Gives torch's log handlers a plain formatter in this (agent) process.
+
+    torch's ``TorchLogsFormatter`` imports ``torch._dynamo`` the first time it
+    formats a record with an exception: 2 to 5 s on a loaded host, and the
+    elastic agent logs an exception exactly when a worker has just died,
+    which delayed failure detection by that much.
+    """
+    plain = logging.Formatter("[%(asctime)s %(name)s %(levelname)s] %(message)s")
+    loggers = [logging.getLogger()] + [
+        lg for lg in logging.Logger.manager.loggerDict.values() if isinstance(lg, logging.Logger)
+    ]
+    for lg in loggers:
+        for handler in lg.handlers:
+            if type(handler.formatter).__name__ == "TorchLogsFormatter":
+                handler.setFormatter(plain)
+
+
+def run_replica(config: Any, entrypoint: Union[Callable[..., Any], str], args: Sequence[Any], options: ReplicaOptions) -> int:
+    """Runs one replica's workers on this host until they finish.
+
+    ``config`` is a ``torch.distributed.launcher.api.LaunchConfig`` (what
+    torchrun builds from its flags); ``entrypoint``/``args`` as torchrun's.
+    Returns 0 when the workers succeeded, ``EXIT_ESCALATED`` when the
+    supervisor escalated (the failure is in the run directory's
+    ``escalation.json``), 1 for any other agent failure.
+    """
+    from torch.distributed.elastic import events, metrics
+    from torch.distributed.elastic.agent.server.api import WorkerSpec
+    from torch.distributed.elastic.rendezvous import RendezvousParameters
+    from torch.distributed.elastic.rendezvous import registry as rdzv_registry
+    from torch.distributed.launcher.api import _get_addr_and_port
+
+    from torch_monarch.supervision.agent import EscalatedFailure, MonarchAgent
+
+    _plain_torch_log_format()
+    if not config.run_id:
+        config.run_id = str(uuid.uuid4().int)
+    run_dir = options.run_dir
+    # A fresh rendezvous store for every restart (hosted by worker rank 0)
+    # instead of the agent's store shared across restarts: keys a previous
+    # incarnation left behind (peer addresses, tokens) must not be read as
+    # current by the next one.
+    os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
+    os.environ["MONARCH_REPLICA_ID"] = options.replica_id
+    os.environ["MONARCH_SUPERVISOR_PID"] = str(os.getpid())
+    if run_dir is not None:
+        os.environ["MONARCH_RUN_DIR"] = str(run_dir.root)
+    os.environ.update(options.env)
+    if config.start_method == "forkserver" and options.preload:
+        multiprocessing.set_forkserver_preload(list(options.preload))
+
+    rdzv_parameters = RendezvousParameters(
+        backend=config.rdzv_backend,
+        endpoint=config.rdzv_endpoint,
+        run_id=config.run_id,
+        min_nodes=config.min_nodes,
+        max_nodes=config.max_nodes,
+        local_addr=config.local_addr,
+        **config.rdzv_configs,
+    )
+    master_addr, master_port = _get_addr_and_port(rdzv_parameters)
+    os.environ["TORCHELASTIC_SIGNALS_TO_HANDLE"] = config.signals_to_handle
+    spec = WorkerSpec(
+        role=config.role,
+        local_world_size=config.nproc_per_node,
+        entrypoint=entrypoint,
+        args=tuple(args),
+        rdzv_handler=rdzv_registry.get_rendezvous_handler(rdzv_parameters),
+        # The supervisor's policy limits restarts; the agent's counter only counts them.
+        max_restarts=1 << 30,
+        monitor_interval=config.monitor_interval,
+        master_addr=master_addr,
+        master_port=master_port,
+        local_addr=config.local_addr,
+    )
+    supervisor = ReplicaSupervisor(options.replica_id, options.policy, run_dir)
+    probe = HangProbe(options.hang, run_dir, options.replica_id)
+    agent = MonarchAgent(
+        spec,
+        config.logs_specs,
+        config.start_method,
+        supervisor=supervisor,
+        probe=probe,
+        replica_id=options.replica_id,
+        run_dir=run_dir,
+        stop_timeout_s=options.stop_timeout_s,
+        log_line_prefix_template=config.log_line_prefix_template,
+    )
+    metrics.initialize_metrics(metrics.MetricsConfig(config.metrics_cfg))
+    try:
+        result = agent.run()
+    except EscalatedFailure as e:
+        if run_dir is not None:
+            write_json(run_dir.escalation_path(options.replica_id), e.failure.to_json())
+            agent._publish("escalated", failure=e.failure.describe())
+        logger.error("replica %s: escalated: %s", options.replica_id, e.failure.describe())
+        return EXIT_ESCALATED
+    finally:
+        try:
+            spec.rdzv_handler.shutdown()
+        except Exception:  # noqa: BLE001 - best effort
+            pass
+    events.record(agent.get_event_succeeded(), config.event_log_handler)
+    if result.is_failed():
+        failure = agent.failures[-1] if agent.failures else None
+        if run_dir is not None and failure is not None:
+            write_json(run_dir.escalation_path(options.replica_id), failure.to_json())
+        agent._publish("failed")
+        print(f"replica {options.replica_id}: workers failed: {failure.describe() if failure else result}", file=sys.stderr)
+        return 1
+    agent._publish("succeeded")
+    if run_dir is not None:
+        run_dir.event("replica_succeeded", replica=options.replica_id)
+    return 0
