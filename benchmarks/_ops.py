@@ -1,0 +1,113 @@
+"""The collectives the benchmarks time, described once for every backend.
+
+A ``CollectiveOp`` knows how to allocate its buffers for a message size, how
+to start the op on a group, and how nccl-tests turn algorithm bandwidth into
+bus bandwidth. The size of a measurement is the full buffer, as nccl-tests
+report it: the allreduce/broadcast tensor, the all_gather output, the
+reduce_scatter input, the all_to_all input (each rank's whole buffer).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["Buffers", "CollectiveOp", "OPS", "element_count"]
+
+# torch >= 2.12 deprecates the *_tensor names in favour of *_single; they
+# still work and are what the other torch versions have.
+warnings.filterwarnings("ignore", message=r"`torch\.distributed\.\w+` is deprecated", category=FutureWarning)
+
+
+@dataclass
+class Buffers:
+    """The tensors one rank passes to one op."""
+
+    input: torch.Tensor
+    output: torch.Tensor
+
+    def clone(self) -> "Buffers":
+        """A deep copy that keeps in-place aliasing (output is input)."""
+        inp = self.input.clone()
+        out = inp if self.output is self.input else self.output.clone()
+        return Buffers(input=inp, output=out)
+
+
+@dataclass(frozen=True)
+class CollectiveOp:
+    name: str
+    # (input numel, output numel) for a full-buffer numel and a world size.
+    shapes: Callable[[int, int], tuple[int, int]]
+    # Starts the op asynchronously on a group and returns its Work.
+    start: Callable[[Buffers, Any], Any]
+    # busbw = algbw * bus_factor(world_size), as in nccl-tests.
+    bus_factor: Callable[[int], float]
+    # Whether the op's output is written in place into ``input``.
+    in_place: bool = False
+
+    def buffers(self, numel: int, world_size: int, dtype: torch.dtype, device: torch.device, fill: str) -> Buffers:
+        """Buffers for a full-buffer ``numel``; ``fill`` is "zeros" or "random"."""
+        in_numel, out_numel = self.shapes(numel, world_size)
+        if fill == "zeros":
+            # Zeros stay zeros under repeated SUMs: no overflow, no denormals.
+            inp = torch.zeros(in_numel, dtype=dtype, device=device)
+        else:
+            # Small integers: any reduction order gives bit-identical sums.
+            inp = torch.randint(-8, 8, (in_numel,), device=device).to(dtype)
+        out = inp if self.in_place else torch.empty(out_numel, dtype=dtype, device=device)
+        return Buffers(input=inp, output=out)
+
+
+def element_count(size_bytes: int, dtype: torch.dtype, world_size: int) -> int:
+    """Elements of a full buffer of about ``size_bytes``, divisible by the world size."""
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    numel = max(world_size, size_bytes // itemsize)
+    return numel - numel % world_size
+
+
+def _ring_factor(world_size: int) -> float:
+    return (world_size - 1) / world_size
+
+
+OPS: dict[str, CollectiveOp] = {
+    op.name: op
+    for op in (
+        CollectiveOp(
+            name="allreduce",
+            shapes=lambda numel, n: (numel, numel),
+            start=lambda b, group: dist.all_reduce(b.input, group=group, async_op=True),
+            bus_factor=lambda n: 2 * _ring_factor(n),
+            in_place=True,
+        ),
+        CollectiveOp(
+            name="all_gather",
+            shapes=lambda numel, n: (numel // n, numel),
+            start=lambda b, group: dist.all_gather_into_tensor(b.output, b.input, group=group, async_op=True),
+            bus_factor=_ring_factor,
+        ),
+        CollectiveOp(
+            name="reduce_scatter",
+            shapes=lambda numel, n: (numel, numel // n),
+            start=lambda b, group: dist.reduce_scatter_tensor(b.output, b.input, group=group, async_op=True),
+            bus_factor=_ring_factor,
+        ),
+        CollectiveOp(
+            name="broadcast",
+            shapes=lambda numel, n: (numel, numel),
+            # Global rank 0 is in every group these benchmarks build.
+            start=lambda b, group: dist.broadcast(b.input, src=0, group=group, async_op=True),
+            bus_factor=lambda n: 1.0,
+            in_place=True,
+        ),
+        CollectiveOp(
+            name="all_to_all",
+            shapes=lambda numel, n: (numel, numel),
+            start=lambda b, group: dist.all_to_all_single(b.output, b.input, group=group, async_op=True),
+            bus_factor=_ring_factor,
+        ),
+    )
+}

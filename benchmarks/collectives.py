@@ -1,0 +1,506 @@
+"""Collective latency and bandwidth of monarch against its peer backend, in one run.
+
+Usage:
+
+    PYTHONPATH=. python benchmarks/collectives.py --quick --world-size 2
+    PYTHONPATH=. python benchmarks/collectives.py --ops allreduce,all_gather --sizes 64K,16M
+    PYTHONPATH=. python benchmarks/collectives.py --monarch-env MONARCH_CHUNK_BYTES=1048576
+
+``--world-size`` processes are spawned on loopback (rendezvous through a
+FileStore in a temporary directory). Each builds a gloo default group for
+control (barriers, timing) and two groups for measuring: one "monarch" and one
+of the peer backend of the device (gloo for ``--device cpu``, nccl for
+``--device cuda``, where rank r uses GPU r mod the GPU count; ``--world-size 1``
+is allowed there and measures per-op overhead against ProcessGroupNCCL, summed
+up under the table). Before timing, every selected op is
+run once on both groups with the same random integer data and the outputs must
+be identical (``--check-size 0`` skips this).
+
+For every (op, size): warm up both groups, pick an iteration count so that a
+measurement lasts about ``--target-ms`` (the same count for both), then run
+``--rounds`` rounds, each timing monarch and the peer back to back (the order
+alternates between rounds). A measurement is ``time.perf_counter`` around N
+back-to-back async ops and their waits, maximised over the ranks; the table
+reports the median over rounds. The host's memcpy bandwidth (``copy_`` of a
+buffer of the largest size, at least 64 MiB so it measures DRAM, median of
+several) is measured in the same run as the physical limit.
+
+Columns follow nccl-tests: size is the full buffer (the allreduce/broadcast
+tensor, the all_gather output, the reduce_scatter input, each rank's
+all_to_all buffer); algbw = size / time; busbw = algbw * 2(n-1)/n for
+allreduce, * (n-1)/n for all_gather, reduce_scatter and all_to_all, * 1 for
+broadcast. "speedup" is peer time / monarch time (> 1: monarch is faster);
+"of memcpy" is monarch busbw / memcpy bandwidth. The table goes to stdout,
+followed by one line ``JSON {...}`` with every row; progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import timedelta
+from typing import Any, Callable, Optional, Sequence
+
+from _harness import RankContext, max_across_ranks, run_ranks, time_ops
+from _ops import OPS, element_count
+
+__all__ = ["BenchConfig", "Row", "main"]
+
+KIB = 1024
+MIB = 1024 * KIB
+GIB = 1024 * MIB
+
+DEFAULT_SIZES = [4 * KIB * 4**i for i in range(9)]  # 4K .. 256M, powers of 4
+QUICK_SIZES = [4 * KIB, 64 * KIB, 1 * MIB, 16 * MIB]
+MEMCPY_MIN_BYTES = 64 * MIB
+MONARCH = "monarch"
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """How a device is benchmarked: the peer backend and device hooks."""
+
+    name: str
+    peer_backend: str
+    # Called once per rank before any group exists (e.g. pick the GPU).
+    setup: Callable[[int], None] = lambda rank: None
+    # Waits for queued device work (part of every timed measurement).
+    sync: Callable[[], None] = lambda: None
+
+
+def _cuda_setup(rank: int) -> None:
+    import torch
+
+    torch.cuda.set_device(rank % torch.cuda.device_count())
+
+
+def _cuda_sync() -> None:
+    import torch
+
+    torch.cuda.synchronize()
+
+
+# Control and timing stay on gloo; measured buffers live on the rank's device.
+DEVICES: dict[str, DeviceSpec] = {
+    "cpu": DeviceSpec(name="cpu", peer_backend="gloo"),
+    "cuda": DeviceSpec(name="cuda", peer_backend="nccl", setup=_cuda_setup, sync=_cuda_sync),
+}
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    ops: list[str]
+    sizes: list[int]
+    world_size: int
+    device: str
+    dtype: str
+    rounds: int
+    warmup: int
+    min_iters: int
+    max_iters: int
+    target_ms: float
+    check_bytes: int
+    monarch_env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Row:
+    op: str
+    size_bytes: int
+    monarch_us: float
+    peer_us: float
+    iterations: int
+    algbw_gbps: float
+    busbw_gbps: float
+    peer_busbw_gbps: float
+    speedup: float
+    of_memcpy: float
+    monarch_rounds_us: list[float]
+    peer_rounds_us: list[float]
+
+
+@dataclass
+class Report:
+    device: str
+    peer: str
+    world_size: int
+    dtype: str
+    memcpy_bytes: int
+    memcpy_gbps: float
+    torch_threads: int
+    check: str
+    rows: list[Row]
+
+
+# ----------------------------------------------------------------------------- rank side
+
+
+@dataclass
+class _Session:
+    """One rank's groups and settings, built once by ``_worker``."""
+
+    rank: int
+    config: BenchConfig
+    spec: DeviceSpec
+    # Barriers and timing reductions; never measured.
+    control: Any
+    # Measured groups: "monarch" and the peer backend, in timing order.
+    groups: dict[str, Any]
+    dtype: Any
+    device: Any
+    memcpy_gbps: float = float("nan")
+
+    @property
+    def peer(self) -> str:
+        return self.spec.peer_backend
+
+
+def _worker(ctx: RankContext, config: BenchConfig) -> Optional[dict[str, Any]]:
+    """One rank of the benchmark; rank 0 returns the report as plain data."""
+    import torch
+    import torch.distributed as dist
+
+    import torch_monarch  # noqa: F401 - registers "monarch"
+
+    spec = DEVICES[config.device]
+    threads = max(1, (os.cpu_count() or 1) // config.world_size)
+    torch.set_num_threads(threads)
+    spec.setup(ctx.rank)
+    timeout = timedelta(seconds=300)
+    dist.init_process_group(
+        backend="gloo", init_method=ctx.init_method, rank=ctx.rank, world_size=ctx.world_size, timeout=timeout
+    )
+    session = _Session(
+        rank=ctx.rank,
+        config=config,
+        spec=spec,
+        control=dist.group.WORLD,
+        groups={
+            MONARCH: dist.new_group(backend=MONARCH, timeout=timeout),
+            spec.peer_backend: dist.new_group(backend=spec.peer_backend, timeout=timeout),
+        },
+        dtype=getattr(torch, config.dtype),
+        device=torch.device(config.device),
+    )
+
+    # Rank 0 measures alone while the others wait; then everyone knows it.
+    memcpy_bytes = max(max(config.sizes), MEMCPY_MIN_BYTES)
+    local_gbps = _memcpy_bandwidth(memcpy_bytes, session.device, spec.sync) if ctx.rank == 0 else 0.0
+    session.memcpy_gbps = max_across_ranks(local_gbps, session.control)
+
+    check = "skipped"
+    if config.check_bytes > 0:
+        check = _check_ops(session)
+        _progress(ctx.rank, check)
+
+    rows: list[Row] = []
+    for op_name in config.ops:
+        for size in config.sizes:
+            row = _measure(session, op_name, size)
+            _progress(ctx.rank, _format_row(row, spec.peer_backend))
+            rows.append(row)
+    dist.barrier(group=session.control)
+    if ctx.rank != 0:
+        return None
+    report = Report(
+        device=config.device,
+        peer=spec.peer_backend,
+        world_size=config.world_size,
+        dtype=config.dtype,
+        memcpy_bytes=memcpy_bytes,
+        memcpy_gbps=session.memcpy_gbps,
+        torch_threads=threads,
+        check=check,
+        rows=rows,
+    )
+    return asdict(report)
+
+
+def _memcpy_bandwidth(nbytes: int, device: Any, sync: Callable[[], None], reps: int = 7) -> float:
+    """GB/s of ``dst.copy_(src)`` for ``nbytes`` buffers, median of ``reps``."""
+    import torch
+
+    src = torch.ones(nbytes, dtype=torch.uint8, device=device)
+    dst = torch.zeros_like(src)
+    dst.copy_(src)  # fault in the pages
+    sync()
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        dst.copy_(src)
+        sync()
+        times.append(time.perf_counter() - start)
+    return nbytes / statistics.median(times) / 1e9
+
+
+def _check_ops(session: _Session) -> str:
+    """Every op on monarch must give exactly the peer's output (integer-valued data).
+
+    Returns a one-line summary; raises AssertionError on the first difference.
+    """
+    import torch
+
+    config = session.config
+    torch.manual_seed(1234 + session.rank)
+    numel = element_count(config.check_bytes, session.dtype, config.world_size)
+    for op_name in config.ops:
+        op = OPS[op_name]
+        reference = op.buffers(numel, config.world_size, session.dtype, session.device, fill="random")
+        outputs = {}
+        for backend, group in session.groups.items():
+            buffers = reference.clone()
+            op.start(buffers, group).wait()
+            session.spec.sync()
+            outputs[backend] = buffers.output
+        got, want = outputs[MONARCH], outputs[session.peer]
+        if not torch.equal(got, want):
+            wrong = got != want
+            raise AssertionError(
+                f"rank {session.rank}: {op_name} of {numel} {session.dtype} elements: monarch differs from "
+                f"{session.peer} in {int(wrong.sum().item())} elements "
+                f"(first: {got[wrong][:4].tolist()} vs {want[wrong][:4].tolist()})"
+            )
+    nbytes = numel * torch.empty((), dtype=session.dtype).element_size()
+    return f"ok: {','.join(config.ops)} on {nbytes} B equal to {session.peer}"
+
+
+def _measure(session: _Session, op_name: str, size: int) -> Row:
+    """Warmup, calibration and interleaved rounds for one (op, size)."""
+    config, spec, control = session.config, session.spec, session.control
+    op = OPS[op_name]
+    numel = element_count(size, session.dtype, config.world_size)
+    buffers = op.buffers(numel, config.world_size, session.dtype, session.device, fill="zeros")
+    nbytes = numel * buffers.input.element_size()
+    issuers = {backend: (lambda g=group: op.start(buffers, g)) for backend, group in session.groups.items()}
+
+    for issue in issuers.values():
+        for _ in range(config.warmup):
+            issue().wait()
+        spec.sync()
+    # One timed op per backend picks the iteration count, the same for both.
+    per_op = [time_ops(issue, 1, control, spec.sync) for issue in issuers.values()]
+    iterations = min(config.max_iters, max(config.min_iters, math.ceil(config.target_ms / 1e3 / max(per_op))))
+
+    samples: dict[str, list[float]] = {backend: [] for backend in issuers}
+    order = list(issuers)
+    for round_index in range(config.rounds):
+        for backend in order if round_index % 2 == 0 else reversed(order):
+            samples[backend].append(time_ops(issuers[backend], iterations, control, spec.sync))
+
+    peer = session.peer
+    monarch_s = statistics.median(samples[MONARCH])
+    peer_s = statistics.median(samples[peer])
+    factor = op.bus_factor(config.world_size)
+    algbw = nbytes / monarch_s / 1e9
+    return Row(
+        op=op_name,
+        size_bytes=nbytes,
+        monarch_us=monarch_s * 1e6,
+        peer_us=peer_s * 1e6,
+        iterations=iterations,
+        algbw_gbps=algbw,
+        busbw_gbps=algbw * factor,
+        peer_busbw_gbps=nbytes / peer_s / 1e9 * factor,
+        speedup=peer_s / monarch_s,
+        of_memcpy=algbw * factor / session.memcpy_gbps,
+        monarch_rounds_us=[round(t * 1e6, 2) for t in samples[MONARCH]],
+        peer_rounds_us=[round(t * 1e6, 2) for t in samples[peer]],
+    )
+
+
+def _progress(rank: int, line: str) -> None:
+    if rank == 0:
+        print(f"[progress] {line}", file=sys.stderr, flush=True)
+
+
+# ----------------------------------------------------------------------------- output
+
+
+def _format_size(nbytes: int) -> str:
+    for unit, scale in (("G", GIB), ("M", MIB), ("K", KIB)):
+        if nbytes >= scale and nbytes % scale == 0:
+            return f"{nbytes // scale}{unit}"
+    return f"{nbytes}B"
+
+
+_COLUMNS = ("op", "size", "monarch us", "{peer} us", "algbw GB/s", "busbw GB/s", "speedup", "of memcpy")
+_WIDTHS = (15, 6, 12, 12, 11, 11, 8, 10)
+
+
+def _format_header(peer: str) -> str:
+    cells = [c.format(peer=peer) for c in _COLUMNS]
+    return "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, _WIDTHS)))
+
+
+def _format_row(row: Row, peer: str) -> str:
+    cells = [
+        row.op,
+        _format_size(row.size_bytes),
+        f"{row.monarch_us:.1f}",
+        f"{row.peer_us:.1f}",
+        f"{row.algbw_gbps:.3f}",
+        f"{row.busbw_gbps:.3f}",
+        f"{row.speedup:.2f}x",
+        f"{row.of_memcpy * 100:.1f}%",
+    ]
+    return "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, _WIDTHS)))
+
+
+def format_report(report: Report, config: BenchConfig) -> str:
+    env = " ".join(f"{key}={value}" for key, value in config.monarch_env.items()) or "-"
+    lines = [
+        f"# collectives: device={report.device} world_size={report.world_size} dtype={report.dtype} "
+        f"peer={report.peer} torch_threads/rank={report.torch_threads} host_cpus={os.cpu_count()} "
+        f"monarch_env={env}",
+        f"# memcpy limit: {report.memcpy_gbps:.2f} GB/s (copy_ of {_format_size(report.memcpy_bytes)}, median)",
+        f"# correctness check: {report.check}",
+        f"# speedup = {report.peer} time / monarch time (> 1: monarch faster); "
+        f"of memcpy = monarch busbw / memcpy limit",
+        _format_header(report.peer),
+    ]
+    lines += [_format_row(row, report.peer) for row in report.rows]
+    if report.device == "cuda" and report.rows:
+        lines.append(_overhead_line(report))
+    return "\n".join(lines)
+
+
+def _overhead_line(report: Report) -> str:
+    """Monarch's extra time per op over the peer at each op's smallest size."""
+    smallest: dict[str, Row] = {}
+    for row in report.rows:
+        if row.op not in smallest or row.size_bytes < smallest[row.op].size_bytes:
+            smallest[row.op] = row
+    parts = [
+        f"{op} {row.monarch_us - row.peer_us:+.1f} us ({_format_size(row.size_bytes)})" for op, row in smallest.items()
+    ]
+    return f"# per-op overhead, monarch - {report.peer} at the smallest size: " + ", ".join(parts)
+
+
+def report_json(report: Report, config: BenchConfig) -> str:
+    payload = {
+        "benchmark": "collectives",
+        "host": {"cpus": os.cpu_count(), "machine": platform.machine(), "python": platform.python_version()},
+        "torch": _torch_version(),
+        "config": asdict(config),
+        **asdict(report),
+    }
+    return json.dumps(payload, separators=(",", ":"))
+
+
+def _torch_version() -> str:
+    import torch
+
+    return str(torch.__version__)
+
+
+# ----------------------------------------------------------------------------- command line
+
+
+def _parse_size(text: str) -> int:
+    value = _parse_byte_count(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"size must be positive: {text!r}")
+    return value
+
+
+def _parse_byte_count(text: str) -> int:
+    text = text.strip().upper().removesuffix("B")
+    scale = {"K": KIB, "M": MIB, "G": GIB}.get(text[-1:], 1)
+    number = text[:-1] if scale != 1 else text
+    try:
+        value = int(float(number) * scale)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 4096, 64K, 16M)") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"size must not be negative: {text!r}")
+    return value
+
+
+def _parse_sizes(text: str) -> list[int]:
+    return [_parse_size(part) for part in text.split(",") if part.strip()]
+
+
+def _parse_ops(text: str) -> list[str]:
+    ops = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = [op for op in ops if op not in OPS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown op(s) {unknown}; choose from {sorted(OPS)}")
+    return ops
+
+
+def _parse_env(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, value
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--world-size", type=int, default=2)
+    parser.add_argument("--device", choices=sorted(DEVICES), default="cpu")
+    parser.add_argument("--ops", type=_parse_ops, default=list(OPS), help=f"comma list of {','.join(OPS)}")
+    parser.add_argument("--sizes", type=_parse_sizes, default=None, help="comma list, e.g. 4K,64K,1M (bytes, binary)")
+    parser.add_argument("--dtype", choices=["float32", "float64", "bfloat16", "float16", "int32"], default="float32")
+    parser.add_argument("--quick", action="store_true", help="about a minute: 4K,64K,1M,16M and fewer rounds")
+    parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds per (op, size); median reported")
+    parser.add_argument("--warmup", type=int, default=3, help="warmup ops per backend per (op, size)")
+    parser.add_argument("--min-iters", type=int, default=2)
+    parser.add_argument("--max-iters", type=int, default=200)
+    parser.add_argument("--target-ms", type=float, default=None, help="aimed duration of one measurement")
+    parser.add_argument("--check-size", type=_parse_byte_count, default=4 * MIB, help="correctness check size; 0 skips")
+    parser.add_argument(
+        "--monarch-env",
+        type=_parse_env,
+        action="append",
+        default=[],
+        metavar="KEY=VAL",
+        help="environment for the ranks, e.g. MONARCH_CHUNK_BYTES=1048576 (repeatable)",
+    )
+    parser.add_argument("--timeout", type=float, default=None, help="bound on the whole run, seconds")
+    return parser
+
+
+def _config_from_args(args: argparse.Namespace) -> BenchConfig:
+    minimum = 1 if args.device == "cuda" else 2
+    if args.world_size < minimum:
+        raise SystemExit(f"--world-size must be at least {minimum} for --device {args.device}")
+    sizes = args.sizes or (QUICK_SIZES if args.quick else DEFAULT_SIZES)
+    return BenchConfig(
+        ops=args.ops,
+        sizes=sizes,
+        world_size=args.world_size,
+        device=args.device,
+        dtype=args.dtype,
+        rounds=args.rounds or (7 if args.quick else 9),
+        warmup=args.warmup,
+        min_iters=args.min_iters,
+        max_iters=args.max_iters,
+        target_ms=args.target_ms or (25.0 if args.quick else 100.0),
+        check_bytes=args.check_size,
+        monarch_env=dict(args.monarch_env),
+    )
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = _build_parser().parse_args(argv)
+    config = _config_from_args(args)
+    timeout = args.timeout or (300.0 if args.quick else 3600.0)
+    started = time.monotonic()
+    data = run_ranks(_worker, config.world_size, config, timeout_s=timeout, env=config.monarch_env)
+    report = Report(**{**data, "rows": [Row(**row) for row in data["rows"]]})
+    print(format_report(report, config))
+    print(f"# wall time {time.monotonic() - started:.1f} s; medians over {config.rounds} rounds")
+    print("JSON " + report_json(report, config), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
