@@ -1,0 +1,76 @@
+"""A size mismatch in a fault-injection setting (test_mismatch.py covers the
+kinds of mismatch): every rank raises CollectiveMismatchError well before the
+op timeout, naming ranks, both sizes and the sequence number; the group stays broken and
+says so; a new group over the same ranks works; nothing leaks."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from fault_workload import op_sequence, run_op
+from faults import attempt, backend_of, settled_baseline, teardown_leaks
+from multiproc import WorkerContext, run_workers
+
+logger = logging.getLogger(__name__)
+
+GROUP_TIMEOUT = timedelta(seconds=10)
+MISMATCH_BOUND_S = 2.0
+ODD_RANK = 0
+
+
+def mismatch_worker(ctx: WorkerContext, count: int) -> dict[str, Any]:
+    baseline = settled_baseline()
+    ctx.init("monarch", timeout=timedelta(seconds=60))
+    group = dist.new_group(backend="monarch", timeout=GROUP_TIMEOUT)
+    run_op("all_reduce", 0, group)
+    mine = count + (1 if ctx.rank == ODD_RANK else 0)
+    tensor = torch.full((mine,), float(ctx.rank + 1))
+    outcome = attempt(lambda: dist.all_reduce(tensor, group=group))
+    problems: list[str] = []
+    if not outcome.is_a("CollectiveMismatchError") or outcome.elapsed_s > MISMATCH_BOUND_S:
+        problems.append(f"expected CollectiveMismatchError within {MISMATCH_BOUND_S} s, {outcome.describe()}")
+    # The rank that detected the mismatch names the rank(s) it disagreed with;
+    # the others get its notice verbatim (so rank 0 may read [0]).
+    if not outcome.failed_ranks or not set(outcome.failed_ranks) <= set(range(ctx.world_size)):
+        problems.append(f"failed_ranks {outcome.failed_ranks} should name a side of the mismatch")
+    for text in ("mismatch", "sequence number", f"count={count}", f"count={count + 1}"):
+        if text not in outcome.message:
+            problems.append(f"message lacks {text!r}: {outcome.message}")
+    info = backend_of(group).error_info()
+    if info is None or info[0] != "collective mismatch":
+        problems.append(f"error_info() after the mismatch: {info!r}")
+    later = attempt(lambda: run_op("all_reduce", 1, group))
+    if not later.is_a("CollectiveMismatchError") or later.elapsed_s > 0.5:
+        problems.append(f"an op on the broken group {later.describe()}")
+    # The same ranks start over on a new group.
+    fresh = dist.new_group(backend="monarch", timeout=GROUP_TIMEOUT)
+    for step, name in op_sequence(11):
+        if step >= 6:
+            break
+        done = attempt(lambda: run_op(name, step, fresh))
+        if not done.ok:
+            problems.append(f"{name} on a new group {done.describe()}")
+            break
+    del group, fresh
+    dist.barrier()
+    problems += teardown_leaks(baseline)
+    return {"outcome": outcome.describe(), "problems": problems}
+
+
+@pytest.mark.parametrize("count", [10, 300_000], ids=["small", "ring"])
+def test_size_mismatch(count: int) -> None:
+    results = run_workers(mismatch_worker, 3, count, timeout=120)
+    failures: list[str] = []
+    for result in results:
+        if not result.ok:
+            failures.append(f"rank {result.rank}: {result.problem} {result.error.traceback if result.error else ''}")
+            continue
+        failures += [f"rank {result.rank}: {p}" for p in result.value["problems"]]
+        logger.info("rank %d: %s", result.rank, result.value["outcome"])
+    assert not failures, "\n".join(failures)

@@ -1,0 +1,55 @@
+"""The multi-process harness itself: results and exceptions come back by
+rank, and hung or crashed ranks are reported and killed, never leaked."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+
+from multiproc import MultiProcessError, WorkerContext, run_workers, run_workers_ok
+
+
+def behave_worker(ctx: WorkerContext, behaviours: dict[int, str]) -> int:
+    """Rank r does behaviours[r]: "ok", "raise", "hang", "crash"; reports its pid."""
+    behaviour = behaviours.get(ctx.rank, "ok")
+    if behaviour == "raise":
+        raise KeyError(f"rank {ctx.rank} raised on purpose")
+    if behaviour == "hang":
+        threading.Event().wait()
+    if behaviour == "crash":
+        os._exit(7)
+    return os.getpid()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie would still answer; run_workers reaps, so none should remain.
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().split()[2] != "Z"
+
+
+def test_values_come_back_by_rank() -> None:
+    pids = run_workers_ok(behave_worker, 3, {})
+    assert len(set(pids)) == 3 and os.getpid() not in pids
+    assert not any(_alive(pid) for pid in pids)
+
+
+def test_failures_are_reported_and_every_child_reaped() -> None:
+    behaviours = {0: "ok", 1: "raise", 2: "hang", 3: "crash"}
+    results = run_workers(behave_worker, 4, behaviours, timeout=10)
+    assert results[0].ok and isinstance(results[0].value, int)
+    error = results[1].error
+    assert error is not None and error.is_a("KeyError") and error.is_a("LookupError")
+    assert "raised on purpose" in error.message and "behave_worker" in error.traceback
+    assert results[2].problem is not None and "did not report" in results[2].problem
+    assert results[3].problem is not None and "without reporting" in results[3].problem
+    assert results[3].exit_code == 7
+    assert results[2].exit_code is not None, "the hung rank must be killed and reaped"
+    assert not _alive(results[0].value)
+    with pytest.raises(MultiProcessError, match="raised on purpose"):
+        run_workers_ok(behave_worker, 2, {1: "raise"})

@@ -1,0 +1,159 @@
+"""Ranks that disagree about the op at one sequence number: every rank gets a
+DistBackendError naming a mismatch, well within the group timeout (never a
+hang, a crash or a wrong tensor), and the group stays broken afterwards
+while other groups keep working."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Callable, Optional
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from multiproc import WorkerContext, run_workers_ok
+
+# The mismatched groups' timeout; errors must come well before it.
+GROUP_TIMEOUT = timedelta(seconds=10)
+BOUND_S = 5.0
+
+# A call returns (its output, the output it may legitimately return with
+# despite the mismatch, or None when it must raise).
+Result = tuple[torch.Tensor, Optional[torch.Tensor]]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one rank saw from one call."""
+
+    raised: bool
+    class_names: tuple[str, ...] = ()
+    message: str = ""
+    elapsed_s: float = 0.0
+    # For a call that returned: whether it may return at all, with that output.
+    acceptable_return: bool = False
+
+    def describe(self) -> str:
+        if not self.raised:
+            verdict = "acceptable" if self.acceptable_return else "not acceptable"
+            return f"returned after {self.elapsed_s:.2f} s ({verdict})"
+        return f"raised {self.class_names[0]} after {self.elapsed_s:.2f} s: {self.message[:300]}"
+
+
+def _attempt(call: Callable[[], Result]) -> Outcome:
+    start = time.monotonic()
+    try:
+        output, acceptable = call()
+    except Exception as error:  # noqa: BLE001 - the parent judges the type
+        return Outcome(True, tuple(c.__name__ for c in type(error).__mro__), str(error), time.monotonic() - start)
+    ok = acceptable is not None and torch.equal(output, acceptable)
+    return Outcome(False, elapsed_s=time.monotonic() - start, acceptable_return=ok)
+
+
+def _valid_op(group: dist.ProcessGroup) -> Result:
+    tensor = torch.ones(4)
+    dist.all_reduce(tensor, group=group)
+    return tensor, None
+
+
+def _mine(rank: int, numel: int = 10, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.full((numel,), rank + 1, dtype=dtype)
+
+
+def _all_reduce(rank: int, group: dist.ProcessGroup, tensor: torch.Tensor, op: Any = dist.ReduceOp.SUM) -> Result:
+    dist.all_reduce(tensor, op=op, group=group)
+    return tensor, None
+
+
+def _broadcast(rank: int, group: dist.ProcessGroup, tensor: torch.Tensor, root: int) -> Result:
+    dist.broadcast(tensor, src=root, group=group)
+    # The one way to return without error: with the data of the root this
+    # rank named (a root only sends, so it may finish before any peer could
+    # object; a rank that received got what it asked for).
+    return tensor, _mine(root)
+
+
+def _all_gather(rank: int, group: dist.ProcessGroup) -> Result:
+    output = torch.empty(10 * group.size())
+    dist.all_gather_into_tensor(output, _mine(rank), group=group)
+    return output, None
+
+
+def _reduce_scatter(rank: int, group: dist.ProcessGroup) -> Result:
+    output = torch.empty(10)
+    dist.reduce_scatter_tensor(output, _mine(rank, 10 * group.size()), group=group)
+    return output, None
+
+
+# Each case: the op rank `rank` calls at the group's first sequence number.
+# Rank 0 disagrees with the others, who agree among themselves.
+CASES: dict[str, Callable[[int, dist.ProcessGroup], Result]] = {
+    "size": lambda rank, g: _all_reduce(rank, g, _mine(rank, 10 if rank == 0 else 20)),
+    "size_zero": lambda rank, g: _all_reduce(rank, g, _mine(rank, 0 if rank == 0 else 10)),
+    "size_large": lambda rank, g: _all_reduce(rank, g, _mine(rank, 300_000 + (rank == 0))),
+    "dtype": lambda rank, g: _all_reduce(rank, g, _mine(rank, dtype=torch.float32 if rank == 0 else torch.int32)),
+    "reduce_op": lambda rank, g: _all_reduce(
+        rank, g, _mine(rank), dist.ReduceOp.SUM if rank == 0 else dist.ReduceOp.MAX
+    ),
+    "allreduce_vs_broadcast": lambda rank, g: (
+        _all_reduce(rank, g, _mine(rank)) if rank == 0 else _broadcast(rank, g, _mine(rank), 0)
+    ),
+    "broadcast_vs_allreduce": lambda rank, g: (
+        _broadcast(rank, g, _mine(rank), 0) if rank == 0 else _all_reduce(rank, g, _mine(rank))
+    ),
+    "broadcast_root": lambda rank, g: _broadcast(rank, g, _mine(rank), 0 if rank == 0 else 1),
+    "allgather_vs_reduce_scatter": lambda rank, g: _all_gather(rank, g) if rank == 0 else _reduce_scatter(rank, g),
+}
+
+
+def mismatch_worker(ctx: WorkerContext, case_names: list[str]) -> dict[str, tuple[Outcome, Outcome]]:
+    """For each case, on a fresh group: the mismatched op, then a valid op."""
+    ctx.init("monarch", timeout=timedelta(seconds=60))
+    outcomes: dict[str, tuple[Outcome, Outcome]] = {}
+    for name in case_names:
+        group = dist.new_group(backend="monarch", timeout=GROUP_TIMEOUT)
+        mismatched = _attempt(lambda: CASES[name](ctx.rank, group))
+        later = _attempt(lambda: _valid_op(group))
+        outcomes[name] = (mismatched, later)
+        # Other groups are unaffected.
+        tensor = torch.ones(4)
+        dist.all_reduce(tensor)
+        assert tensor.tolist() == [float(ctx.world_size)] * 4, tensor
+    return outcomes
+
+
+def _assert_mismatch_error(outcome: Outcome, where: str) -> None:
+    assert outcome.raised, f"{where}: {outcome.describe()}"
+    assert "DistBackendError" in outcome.class_names, f"{where}: {outcome.describe()}"
+    assert "mismatch" in outcome.message.lower(), f"{where}: {outcome.describe()}"
+    assert outcome.elapsed_s < BOUND_S, f"{where}: {outcome.describe()}"
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_mismatch_raises_on_every_rank(world_size: int) -> None:
+    """Every rank raises the mismatch: from the mismatched op itself, or, for
+    a broadcast whose part on this rank completed before the disagreement
+    could show (a root only sends), from its next op on the group, having
+    returned the data of the root it named."""
+    names = list(CASES)
+    per_rank = run_workers_ok(mismatch_worker, world_size, names, timeout=240)
+    problems = []
+    for rank, outcomes in enumerate(per_rank):
+        for name in names:
+            mismatched, later = outcomes[name]
+            where = f"rank {rank} case {name}"
+            try:
+                if mismatched.raised:
+                    _assert_mismatch_error(mismatched, where)
+                    assert later.raised and "DistBackendError" in later.class_names, (
+                        f"{where}: the op after the mismatch {later.describe()}"
+                    )
+                else:
+                    assert mismatched.acceptable_return, f"{where}: {mismatched.describe()}"
+                    _assert_mismatch_error(later, f"{where}, the op after the mismatched one it returned from")
+            except AssertionError as error:
+                problems.append(str(error).split("\n")[0])
+    assert not problems, "\n".join(problems)
