@@ -15,11 +15,13 @@ copied by value), so keep them small: lists of failure strings, numbers.
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import multiprocessing.connection
 import os
 import pickle
 import shutil
+import signal
 import socket
 import tempfile
 import time
@@ -44,6 +46,7 @@ DEFAULT_TIMEOUT_S = 120.0
 FAILURE_GRACE_S = 15.0
 # How long a rank may take to exit after it reported its result.
 EXIT_GRACE_S = 20.0
+_PR_SET_PDEATHSIG = 1
 
 
 _aux_store: Any = None
@@ -155,13 +158,27 @@ def _describe_exception(error: BaseException) -> RankError:
     )
 
 
+def _die_with_parent() -> None:
+    """Asks Linux to SIGKILL this process when the parent dies, so that even
+    a parent killed outright (pytest-timeout, kill -9) leaves no ranks behind."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass  # not Linux: the parent's finally-block cleanup still applies
+
+
 def _child_main(
     fn: Callable[..., Any],
     ctx: WorkerContext,
     args: tuple[Any, ...],
     env: dict[str, str],
     conn: multiprocessing.connection.Connection,
+    parent_pid: int,
 ) -> None:
+    _die_with_parent()
+    if os.getppid() != parent_pid:
+        os._exit(1)  # the parent died before the request took effect
     os.environ.update(env)
     import torch
     import torch.distributed as dist
@@ -213,7 +230,10 @@ def run_workers(
             )
             reader, writer = mp.Pipe(duplex=False)
             process = mp.Process(
-                target=_child_main, args=(fn, ctx, args, child_env, writer), name=f"rank{rank}", daemon=True
+                target=_child_main,
+                args=(fn, ctx, args, child_env, writer, os.getpid()),
+                name=f"rank{rank}",
+                daemon=True,
             )
             process.start()
             writer.close()

@@ -4,7 +4,13 @@ rank, and hung or crashed ranks are reported and killed, never leaked."""
 from __future__ import annotations
 
 import os
+import select
+import signal
+import subprocess
+import sys
 import threading
+import time
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +23,9 @@ def behave_worker(ctx: WorkerContext, behaviours: dict[int, str]) -> int:
     if behaviour == "raise":
         raise KeyError(f"rank {ctx.rank} raised on purpose")
     if behaviour == "hang":
+        threading.Event().wait()
+    if behaviour == "announce_and_hang":
+        print(f"RANK_PID {os.getpid()}", flush=True)
         threading.Event().wait()
     if behaviour == "crash":
         os._exit(7)
@@ -53,3 +62,61 @@ def test_failures_are_reported_and_every_child_reaped() -> None:
     assert not _alive(results[0].value)
     with pytest.raises(MultiProcessError, match="raised on purpose"):
         run_workers_ok(behave_worker, 2, {1: "raise"})
+
+
+ORPHAN_PARENT = """
+import sys
+from multiproc import run_workers
+import test_harness
+
+if __name__ == "__main__":
+    run_workers(test_harness.behave_worker, 2, {0: "announce_and_hang", 1: "announce_and_hang"}, timeout=120)
+"""
+
+
+def _await_exits(pids: list[int], timeout: float) -> list[int]:
+    """Waits until the processes exit (child of ours or not); returns those still alive."""
+    pidfds = {os.pidfd_open(pid): pid for pid in pids}  # readable once the process exits
+    deadline = time.monotonic() + timeout
+    try:
+        while pidfds and time.monotonic() < deadline:
+            ready, _, _ = select.select(list(pidfds), [], [], deadline - time.monotonic())
+            for fd in ready:
+                os.close(fd)
+                del pidfds[fd]
+        return list(pidfds.values())
+    finally:
+        for fd in pidfds:
+            os.close(fd)
+
+
+def test_ranks_die_with_a_killed_parent() -> None:
+    """Even when the parent is killed outright (no cleanup runs), the ranks go."""
+    test_dir = Path(__file__).resolve().parent
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(test_dir.parent), str(test_dir)]))
+    parent = subprocess.Popen(
+        [sys.executable, "-c", ORPHAN_PARENT], env=env, stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    pids: list[int] = []
+    survivors = pids
+    try:
+        assert parent.stdout is not None
+        for line in parent.stdout:
+            if line.startswith("RANK_PID "):
+                pids.append(int(line.split()[1]))
+            if len(pids) == 2:
+                break
+        assert len(pids) == 2, "the ranks did not start"
+        parent.kill()
+        parent.wait()
+        survivors = _await_exits(pids, timeout=30)
+        assert not survivors, f"ranks {survivors} outlived their killed parent"
+    finally:
+        if parent.poll() is None:
+            os.killpg(parent.pid, signal.SIGKILL)
+            parent.wait()
+        for pid in survivors:  # only when the test failed: leave nothing behind
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass

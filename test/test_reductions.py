@@ -29,10 +29,11 @@ from reference import (
 
 
 def _all_reduce(tensor: torch.Tensor, op: str, group: dist.ProcessGroup) -> None:
-    """dist.all_reduce, or the ProcessGroup API where torch's Python layer
-    refuses the op for complex tensors (it would view them as real)."""
+    """dist.all_reduce; complex tensors go through the ProcessGroup API,
+    since torch's Python layer would hand the backend a real view (or refuse
+    the op), so the backend's complex kernels would not run."""
     reduce_op = make_reduce_op(op)
-    if tensor.is_complex() and not dist.supports_complex(reduce_op):
+    if tensor.is_complex():
         options = dist.AllreduceOptions()
         options.reduceOp = reduce_op
         group.allreduce([tensor], options).wait()
@@ -61,6 +62,12 @@ def all_reduce_worker(ctx: WorkerContext) -> tuple[int, list[str]]:
         tensor = inputs[ctx.rank].clone()
         dist.all_reduce(tensor, op=make_reduce_op("PREMUL_SUM", factor), group=group)
         check.close(f"{group_name} PREMUL_SUM tensor factor", tensor, reference_reduce(inputs, "PREMUL_SUM", factor), "PREMUL_SUM")
+        # Complex through dist.all_reduce as users call it (a real view underneath).
+        for op in ("SUM", "AVG"):
+            inputs = _all_inputs(world, 1023, torch.complex64, 98)
+            tensor = inputs[ctx.rank].clone()
+            dist.all_reduce(tensor, op=make_reduce_op(op), group=group)
+            check.close(f"{group_name} dist.all_reduce complex64 {op}", tensor, reference_reduce(inputs, op), op)
     # Large: every dtype through the ring of the default group; float32 with
     # several MB and every op.
     for seed, dtype in enumerate(ALL_DTYPES):
