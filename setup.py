@@ -222,7 +222,9 @@ setup(
             # ProcessGroupMonarch's tests run TorchFT 0.2.0's own process-group checks.
             "torchft==0.2.0",
             "parameterized",
-            "torchx",
+            # torchx 0.7 is the first release whose specs import on Python 3.11; an
+            # unpinned resolve can fall back to 0.3, which does not.
+            "torchx==0.7.0",
             "kubernetes",
             "matplotlib",
         ],
@@ -231,7 +233,7 @@ setup(
         # python -m torch_monarch.demo (timeline.png needs matplotlib).
         "demo": ["torchft", "matplotlib"],
         # SLURM / Kubernetes replicas through TorchX (Kubernetes also needs its client).
-        "cluster": ["torchx", "kubernetes"],
+        "cluster": ["torchx==0.7.0", "kubernetes"],
     },
     ext_modules=[extension(PLATFORM)],
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True), "hipify": Hipify},
