@@ -117,10 +117,15 @@ def double_failure_worker(ctx: WorkerContext) -> dict[str, Any]:
     store = ctx.store()
     store.set(f"pid/{ctx.rank}", str(os.getpid()))
     run_op("all_reduce", 0)
+    # Every rank must be done with op 0 before the kills: a rank killed while a
+    # survivor is still reading its last frames takes them with it (the TCP
+    # reset drops unread data), which would fail op 0 itself.
+    store.set(f"op0/{ctx.rank}", "1")
     if ctx.rank >= 2:
         store.wait(["never set"], STORE_WAIT)
         raise AssertionError("unreachable: killed by rank 0")
     if ctx.rank == 0:
+        store.wait([f"op0/{rank}" for rank in range(ctx.world_size)], STORE_WAIT)
         kill_and_wait(int(store.get("pid/2")))
         kill_and_wait(int(store.get("pid/3")))
         store.set("killed", "1")
