@@ -19,6 +19,8 @@ cpu), else from the installed torch and toolchains:
 from __future__ import annotations
 
 import os
+import shlex
+import subprocess
 import sys
 from pathlib import Path
 from typing import Optional
@@ -54,6 +56,27 @@ def host_sources() -> list[str]:
 def gpu_sources() -> list[str]:
     """The CUDA and ROCm builds: everything but the CPU stub."""
     return [s for s in _all_sources() if s not in CPU_ONLY]
+
+
+def require_shared_libstdcxx() -> None:
+    """Stops a build whose compiler would link libstdc++ statically.
+
+    torch uses the shared libstdc++; an extension with its own static copy
+    crashes in its first iostream use once torch is loaded (seen with a
+    toolchain that ships only libstdc++.a). Checked before compiling anything.
+    """
+    compiler = shlex.split(os.environ.get("CXX", "c++"))
+    try:
+        found = subprocess.run(
+            [*compiler, "-print-file-name=libstdc++.so"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return  # BuildExtension reports a missing or broken compiler itself
+    if not os.path.isabs(found):
+        raise SystemExit(
+            f"{' '.join(compiler)} has no shared libstdc++ (it would link libstdc++.a into the extension, "
+            "which crashes next to torch's shared one); set CXX to a compiler that has it, e.g. CXX=/usr/bin/g++"
+        )
 
 
 def requested_platform() -> Optional[str]:
@@ -193,6 +216,7 @@ class Hipify(Command):
         print(f"hipified tree: {HIPIFIED} ({len(renamed)} files renamed)")
 
 
+require_shared_libstdcxx()
 PLATFORM = requested_platform()
 if PLATFORM is not None:
     _note(f"GPU platform {PLATFORM} (requested)")

@@ -21,6 +21,12 @@ step "environment"
 { nvidia-smi -L; "$PYTHON" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "gpus", torch.cuda.device_count())'; nproc; } 2>&1 | tee "$OUT/env.txt"
 
 step "build (GPU_PLATFORM=cuda)"
+# setup.py refuses a compiler that would link libstdc++ statically (the GPU
+# machine's default /opt/gcc does): fall back to the system's g++.
+if ! [[ "$(${CXX:-c++} -print-file-name=libstdc++.so)" == /* ]] && [ -x /usr/bin/g++ ]; then
+  export CXX=/usr/bin/g++ CC=/usr/bin/gcc
+  echo "CXX=$CXX (the default compiler has no shared libstdc++)" | tee -a "$OUT/summary.txt"
+fi
 # In place and without pip: pip's editable install wants to fetch setuptools
 # into an isolated build environment, and the GPU machine has no network.
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"

@@ -23,7 +23,13 @@ pytestmark = pytest.mark.cuda
 def world() -> Iterator[None]:
     torch.cuda.set_device(0)
     dist.init_process_group("monarch", store=dist.HashStore(), rank=0, world_size=1)
-    dist.all_reduce(torch.ones(1, device="cuda"))  # the communicator exists before timing
+    # The communicator and every kernel the timed tests launch exist before
+    # timing: CUDA loads a kernel lazily on its first launch, and that load
+    # waits for the GPU, so a first all_gather behind a spin would block.
+    x = torch.ones(4, device="cuda")
+    dist.all_reduce(x)
+    dist.all_gather_into_tensor(torch.empty_like(x), x)
+    torch.cuda.synchronize()
     yield
     dist.destroy_process_group()
 
