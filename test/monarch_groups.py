@@ -9,18 +9,31 @@ import torch.distributed as dist
 import torch_monarch
 from multiproc import WorkerContext
 
-# Chunk size of the "ring" group: a 1023-element op splits into several
-# chunks per rank block for every dtype.
+# Chunk size of the "direct" and "ring" groups: a 1023-element op splits into
+# several chunks per rank block for every dtype.
 TINY_CHUNK_BYTES = 512
+
+# The collective suites run once per transport: "auto" (large payloads between
+# processes on one host by remote read) and "tcp" (every byte over TCP).
+TRANSPORTS = ["auto", "tcp"]
+
+
+def transport_env(transport: str) -> dict[str, str]:
+    """Worker environment that makes every monarch group use ``transport``."""
+    return {"MONARCH_TRANSPORT": transport}
 
 
 def default_and_ring_groups(ctx: WorkerContext, timeout: timedelta = timedelta(seconds=60)) -> dict[str, dist.ProcessGroup]:
-    """Initialises the default monarch group and returns it with a second
-    all-rank group whose options force the chunked ring algorithms at every
-    size (no small-message path)."""
+    """Initialises the default monarch group and returns it with two all-rank
+    groups that take the chunked bandwidth algorithms at every size (no
+    small-message path): all-pairs ("direct") and around a ring ("ring")."""
     ctx.init("monarch", timeout=timeout)
-    ring = dist.new_group(
+    direct = dist.new_group(
         backend="monarch",
         pg_options=torch_monarch.Options(small_message_bytes=0, chunk_bytes=TINY_CHUNK_BYTES),
     )
-    return {"default": dist.group.WORLD, "ring": ring}
+    ring = dist.new_group(
+        backend="monarch",
+        pg_options=torch_monarch.Options(small_message_bytes=0, chunk_bytes=TINY_CHUNK_BYTES, direct_max_ranks=0),
+    )
+    return {"default": dist.group.WORLD, "direct": direct, "ring": ring}

@@ -6,10 +6,11 @@ dtype, sizes 0/1/odd/large, every root, non-contiguous tensors.
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.distributed as dist
 
-from monarch_groups import default_and_ring_groups
+from monarch_groups import TRANSPORTS, default_and_ring_groups, transport_env
 from multiproc import WorkerContext, run_workers_ok
 from reference import ALL_DTYPES, SMALL_SIZES, Checker, assert_all_passed, large_numel, rank_input
 
@@ -38,8 +39,9 @@ def broadcast_worker(ctx: WorkerContext) -> tuple[int, list[str]]:
     return check.report()
 
 
-def test_broadcast_every_root_dtype_and_size() -> None:
-    assert_all_passed(run_workers_ok(broadcast_worker, 3), min_checks=200)
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_broadcast_every_root_dtype_and_size(transport: str) -> None:
+    assert_all_passed(run_workers_ok(broadcast_worker, 3, env=transport_env(transport)), min_checks=200)
 
 
 def all_gather_worker(ctx: WorkerContext) -> tuple[int, list[str]]:
@@ -90,8 +92,9 @@ def all_gather_worker(ctx: WorkerContext) -> tuple[int, list[str]]:
     return check.report()
 
 
-def test_all_gather_variants() -> None:
-    assert_all_passed(run_workers_ok(all_gather_worker, 3), min_checks=300)
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_all_gather_variants(transport: str) -> None:
+    assert_all_passed(run_workers_ok(all_gather_worker, 3, env=transport_env(transport)), min_checks=300)
 
 
 def gather_scatter_worker(ctx: WorkerContext) -> tuple[int, list[str]]:
@@ -127,8 +130,9 @@ def gather_scatter_worker(ctx: WorkerContext) -> tuple[int, list[str]]:
     return check.report()
 
 
-def test_gather_and_scatter_every_root() -> None:
-    assert_all_passed(run_workers_ok(gather_scatter_worker, 3), min_checks=300)
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_gather_and_scatter_every_root(transport: str) -> None:
+    assert_all_passed(run_workers_ok(gather_scatter_worker, 3, env=transport_env(transport)), min_checks=300)
 
 
 def _uneven_splits(world: int, numel_scale: int) -> list[list[int]]:
@@ -180,8 +184,9 @@ def all_to_all_worker(ctx: WorkerContext) -> tuple[int, list[str]]:
     return check.report()
 
 
-def test_all_to_all_even_and_uneven() -> None:
-    assert_all_passed(run_workers_ok(all_to_all_worker, 3), min_checks=200)
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_all_to_all_even_and_uneven(transport: str) -> None:
+    assert_all_passed(run_workers_ok(all_to_all_worker, 3, env=transport_env(transport)), min_checks=200)
 
 
 def barrier_worker(ctx: WorkerContext) -> tuple[int, list[str]]:
@@ -199,5 +204,6 @@ def barrier_worker(ctx: WorkerContext) -> tuple[int, list[str]]:
     return check.report()
 
 
-def test_barrier() -> None:
-    assert_all_passed(run_workers_ok(barrier_worker, 4), min_checks=5)
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_barrier(transport: str) -> None:
+    assert_all_passed(run_workers_ok(barrier_worker, 4, env=transport_env(transport)), min_checks=5)

@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from monarch_groups import default_and_ring_groups
+from monarch_groups import TRANSPORTS, default_and_ring_groups, transport_env
 from multiproc import WorkerContext, run_workers_ok
 from reference import (
     ALL_DTYPES,
@@ -87,9 +87,10 @@ def all_reduce_worker(ctx: WorkerContext) -> tuple[int, list[str]]:
     return check.report()
 
 
+@pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize("world_size", [2, 3, 4])
-def test_all_reduce_every_dtype_op_and_size(world_size: int) -> None:
-    assert_all_passed(run_workers_ok(all_reduce_worker, world_size), min_checks=300)
+def test_all_reduce_every_dtype_op_and_size(world_size: int, transport: str) -> None:
+    assert_all_passed(run_workers_ok(all_reduce_worker, world_size, env=transport_env(transport)), min_checks=300)
 
 
 def all_reduce_coalesced_worker(ctx: WorkerContext) -> tuple[int, list[str]]:
@@ -125,8 +126,9 @@ def all_reduce_coalesced_worker(ctx: WorkerContext) -> tuple[int, list[str]]:
     return check.report()
 
 
-def test_all_reduce_coalesced() -> None:
-    assert_all_passed(run_workers_ok(all_reduce_coalesced_worker, 3), min_checks=200)
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_all_reduce_coalesced(transport: str) -> None:
+    assert_all_passed(run_workers_ok(all_reduce_coalesced_worker, 3, env=transport_env(transport)), min_checks=200)
 
 
 def reduce_worker(ctx: WorkerContext) -> tuple[int, list[str]]:
@@ -161,8 +163,9 @@ def reduce_worker(ctx: WorkerContext) -> tuple[int, list[str]]:
     return check.report()
 
 
-def test_reduce_every_root() -> None:
-    assert_all_passed(run_workers_ok(reduce_worker, 3), min_checks=500)
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_reduce_every_root(transport: str) -> None:
+    assert_all_passed(run_workers_ok(reduce_worker, 3, env=transport_env(transport)), min_checks=500)
 
 
 def reduce_scatter_worker(ctx: WorkerContext) -> tuple[int, list[str]]:
@@ -203,5 +206,6 @@ def reduce_scatter_worker(ctx: WorkerContext) -> tuple[int, list[str]]:
     return check.report()
 
 
-def test_reduce_scatter() -> None:
-    assert_all_passed(run_workers_ok(reduce_scatter_worker, 3), min_checks=300)
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_reduce_scatter(transport: str) -> None:
+    assert_all_passed(run_workers_ok(reduce_scatter_worker, 3, env=transport_env(transport)), min_checks=300)

@@ -49,6 +49,7 @@ def new_backend(
         bind_address=resolved.bind_address,
         small_message_bytes=resolved.small_message_bytes,
         chunk_bytes=resolved.chunk_bytes,
+        direct_max_ranks=resolved.direct_max_ranks,
     )
 
 

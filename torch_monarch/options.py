@@ -34,7 +34,11 @@ class Options:
             the address the host name resolves to, else loopback.
         small_message_bytes: messages up to this size use latency-optimal
             algorithms (recursive doubling, binomial trees).
-        chunk_bytes: pipelining chunk of the bandwidth-optimal ring algorithms.
+        chunk_bytes: pipelining chunk of the bandwidth-optimal algorithms.
+        direct_max_ranks: groups up to this size reduce-scatter and
+            allgather large messages with every peer at once (one dependent
+            step); larger groups go around a ring (n-1 steps, one neighbour
+            each way). 0 always takes the ring.
     """
 
     timeout: Optional[timedelta] = None
@@ -43,6 +47,7 @@ class Options:
     bind_address: str = ""
     small_message_bytes: int = 64 * 1024
     chunk_bytes: int = 512 * 1024
+    direct_max_ranks: int = 8
 
     def with_env_overrides(self) -> "Options":
         """Returns a copy with ``MONARCH_*`` environment variables applied."""
@@ -67,13 +72,15 @@ class Options:
             raise ValueError(f"Options.small_message_bytes must be >= 0, got {self.small_message_bytes}")
         if self.chunk_bytes <= 0:
             raise ValueError(f"Options.chunk_bytes must be positive, got {self.chunk_bytes}")
+        if self.direct_max_ranks < 0:
+            raise ValueError(f"Options.direct_max_ranks must be >= 0, got {self.direct_max_ranks}")
 
 
 def _parse(name: str, raw: str) -> object:
     try:
         if name == "timeout":
             return timedelta(seconds=float(raw))
-        if name.endswith("_bytes"):
+        if name.endswith("_bytes") or name == "direct_max_ranks":
             return int(raw)
         if name == "heartbeat_timeout":
             return float(raw)

@@ -18,6 +18,9 @@ struct AlgorithmConfig {
   // Large messages move in chunks of this size so that sending, receiving
   // and reducing overlap.
   size_t chunkBytes = 512 * 1024;
+  // Groups up to this size reduce-scatter and allgather large messages
+  // all-pairs (one step) instead of around a ring (n-1 steps).
+  int directMaxRanks = 8;
 };
 
 // Block i of a buffer: `counts[i]` elements starting at element `offsets[i]`.

@@ -5,20 +5,14 @@
 #include <vector>
 
 #include "algorithms/chunks.h"
-#include "algorithms/collectives.h"
+#include "algorithms/block_exchange.h"
 #include "algorithms/reduce_kernels.h"
 
 namespace monarch {
 
-void reduceScatter(Links& links, void* data, const Partition& blocks, DataType type, ReduceKind kind, const AlgorithmConfig& config) {
+void ringReduceScatter(Links& links, void* data, const Partition& blocks, DataType type, ReduceKind kind, const AlgorithmConfig& config) {
   const int n = links.size();
   const int r = links.rank();
-  if (n == 1) {
-    return;
-  }
-  if (blocks.maxCount() == 0) {
-    return emptyOp(links);
-  }
   const size_t elem = elementSize(type);
   const size_t chunk = chunkElements(config.chunkBytes, elem);
   auto* bytes = static_cast<char*>(data);
@@ -69,15 +63,9 @@ void reduceScatter(Links& links, void* data, const Partition& blocks, DataType t
   links.waitAll();
 }
 
-void allgather(Links& links, void* data, const Partition& blocks, size_t elementBytes, const AlgorithmConfig& config) {
+void ringAllgather(Links& links, void* data, const Partition& blocks, size_t elementBytes, const AlgorithmConfig& config) {
   const int n = links.size();
   const int r = links.rank();
-  if (n == 1) {
-    return;
-  }
-  if (blocks.maxCount() == 0) {
-    return emptyOp(links);
-  }
   const size_t elem = elementBytes;
   const size_t chunk = chunkElements(config.chunkBytes, elem);
   auto* bytes = static_cast<char*>(data);

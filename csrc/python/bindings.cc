@@ -29,7 +29,8 @@ c10::intrusive_ptr<MonarchBackend> createBackend(
     const std::string& transport,
     const std::string& bindAddress,
     size_t smallMessageBytes,
-    size_t chunkBytes) {
+    size_t chunkBytes,
+    int directMaxRanks) {
   BackendOptions options;
   options.timeout = timeout;
   options.heartbeatTimeout = std::chrono::milliseconds(static_cast<int64_t>(heartbeatTimeoutSeconds * 1000));
@@ -37,6 +38,7 @@ c10::intrusive_ptr<MonarchBackend> createBackend(
   options.allowRemoteRead = transport != "tcp";
   options.algorithms.smallMessageBytes = smallMessageBytes;
   options.algorithms.chunkBytes = chunkBytes;
+  options.algorithms.directMaxRanks = directMaxRanks;
   py::gil_scoped_release release;
   return MonarchBackend::join(store, rank, size, groupName, options);
 }
@@ -118,7 +120,7 @@ PYBIND11_MODULE(_C, module) {
   module.def(
       "create_backend", &monarch::createBackend, py::arg("store"), py::arg("rank"), py::arg("size"),
       py::arg("group_name"), py::arg("timeout"), py::arg("heartbeat_timeout"), py::arg("transport"), py::arg("bind_address"),
-      py::arg("small_message_bytes"), py::arg("chunk_bytes"));
+      py::arg("small_message_bytes"), py::arg("chunk_bytes"), py::arg("direct_max_ranks"));
   monarch::bindFrameProbe(module);
   monarch::gpu::bindGpu(module);
 }
