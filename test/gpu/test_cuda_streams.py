@@ -23,12 +23,13 @@ pytestmark = pytest.mark.cuda
 def world() -> Iterator[None]:
     torch.cuda.set_device(0)
     dist.init_process_group("monarch", store=dist.HashStore(), rank=0, world_size=1)
-    # The communicator and every kernel the timed tests launch exist before
-    # timing: CUDA loads a kernel lazily on its first launch, and that load
-    # waits for the GPU, so a first all_gather behind a spin would block.
+    # The communicator and every kernel launched in a timed section exist
+    # before timing: CUDA loads a kernel lazily at its first launch, and the
+    # load waits for the GPU, which would look like a host sync in wait().
     x = torch.ones(4, device="cuda")
     dist.all_reduce(x)
     dist.all_gather_into_tensor(torch.empty_like(x), x)
+    torch.mul(x, 2, out=torch.empty_like(x))
     torch.cuda.synchronize()
     yield
     dist.destroy_process_group()
@@ -37,12 +38,15 @@ def world() -> Iterator[None]:
 def test_wait_orders_streams_without_host_sync() -> None:
     x = torch.zeros(1 << 20, device="cuda")
     out = torch.empty_like(x)
+    # Allocated before the spin: a fresh cudaMalloc behind it would make the
+    # host wait for the GPU whatever the backend does.
+    doubled = torch.empty_like(out)
     spin(1.0)
     x.fill_(7.0)  # runs after the spin, on the caller's stream
     started = time.monotonic()
     work = dist.all_gather_into_tensor(out, x, async_op=True)
     work.wait()
-    doubled = out * 2  # queued on the caller's stream after wait()
+    torch.mul(out, 2, out=doubled)  # queued on the caller's stream after wait()
     elapsed = time.monotonic() - started
     assert elapsed < 0.3, f"launch + wait() took {elapsed:.3f} s: the host waited for the GPU"
     assert not work.is_completed(), "the op cannot be done while the caller's stream still spins"
