@@ -6,6 +6,7 @@ import logging
 from datetime import timedelta
 from typing import Any, Optional
 
+import torch
 import torch.distributed as dist
 
 from torch_monarch.options import Options
@@ -50,6 +51,9 @@ def new_backend(
         small_message_bytes=resolved.small_message_bytes,
         chunk_bytes=resolved.chunk_bytes,
         direct_max_ranks=resolved.direct_max_ranks,
+        # As many threads as torch gives an op of this process, so that monarch
+        # never oversubscribes what the launcher set (torchrun: OMP_NUM_THREADS).
+        threads=resolved.threads if resolved.threads is not None else torch.get_num_threads(),
     )
 
 

@@ -39,6 +39,10 @@ class Options:
             allgather large messages with every peer at once (one dependent
             step); larger groups go around a ring (n-1 steps, one neighbour
             each way). 0 always takes the ring.
+        threads: threads that reduce large messages, the group's worker
+            included; ``None`` takes ``torch.get_num_threads()`` when the
+            group is created, so that monarch uses what torch was given and
+            never oversubscribes the host.
     """
 
     timeout: Optional[timedelta] = None
@@ -48,6 +52,7 @@ class Options:
     small_message_bytes: int = 64 * 1024
     chunk_bytes: int = 512 * 1024
     direct_max_ranks: int = 8
+    threads: Optional[int] = None
 
     def with_env_overrides(self) -> "Options":
         """Returns a copy with ``MONARCH_*`` environment variables applied."""
@@ -72,6 +77,8 @@ class Options:
             raise ValueError(f"Options.small_message_bytes must be >= 0, got {self.small_message_bytes}")
         if self.chunk_bytes <= 0:
             raise ValueError(f"Options.chunk_bytes must be positive, got {self.chunk_bytes}")
+        if self.threads is not None and self.threads < 1:
+            raise ValueError(f"Options.threads must be >= 1, got {self.threads}")
         if self.direct_max_ranks < 0:
             raise ValueError(f"Options.direct_max_ranks must be >= 0, got {self.direct_max_ranks}")
 
@@ -80,7 +87,7 @@ def _parse(name: str, raw: str) -> object:
     try:
         if name == "timeout":
             return timedelta(seconds=float(raw))
-        if name.endswith("_bytes") or name == "direct_max_ranks":
+        if name.endswith("_bytes") or name in ("direct_max_ranks", "threads"):
             return int(raw)
         if name == "heartbeat_timeout":
             return float(raw)

@@ -12,6 +12,8 @@
 
 namespace monarch {
 
+class HelperPool;
+
 struct AlgorithmConfig {
   // Messages up to this size take the latency-bound algorithms.
   size_t smallMessageBytes = 64 * 1024;
@@ -21,6 +23,10 @@ struct AlgorithmConfig {
   // Groups up to this size reduce-scatter and allgather large messages
   // all-pairs (one step) instead of around a ring (n-1 steps).
   int directMaxRanks = 8;
+  // Threads that reduce large messages, the group's worker included.
+  int threads = 1;
+  // Those threads but the worker, owned by the group (null: none).
+  HelperPool* helpers = nullptr;
 };
 
 // Block i of a buffer: `counts[i]` elements starting at element `offsets[i]`.

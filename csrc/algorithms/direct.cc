@@ -86,7 +86,7 @@ void directReduceScatter(Links& links, void* data, const Partition& blocks, Data
       // a fixed order, so that the result does not depend on arrival order.
       for (int k = 1; k < n; ++k) {
         links.wait(receives[k - 1][index]);
-        reduceInto(bytes + (base + off) * elem, slot(w, k) + (off - start) * elem, cnt, type, kind);
+        reduceInto(bytes + (base + off) * elem, slot(w, k) + (off - start) * elem, cnt, type, kind, config.helpers);
       }
       ++index;
     });

@@ -53,7 +53,7 @@ void ringReduceScatter(Links& links, void* data, const Partition& blocks, DataTy
     size_t index = 0;
     forEachChunk(base, blocks.counts[incoming], chunk, [&](size_t off, size_t cnt) {
       links.wait(recvs[index++]);
-      reduceInto(bytes + off * elem, from + (off - base) * elem, cnt, type, kind);
+      reduceInto(bytes + off * elem, from + (off - base) * elem, cnt, type, kind, config.helpers);
       if (step + 1 < n - 1) {
         links.send(right, bytes + off * elem, cnt * elem);
       }

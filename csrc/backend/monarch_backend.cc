@@ -54,6 +54,8 @@ MonarchBackend::MonarchBackend(Membership membership, BackendOptions options)
       membership.rank, std::move(membership.connections), fabric_->channels().get(membership.channelId), signal_,
       &aborted_);
   failLinksAlreadyDown();
+  helpers_ = std::make_unique<HelperPool>(options_.algorithms.threads);
+  options_.algorithms.helpers = helpers_.get(); // not the parent's, for derived groups
   worker_ = std::thread([this] { workerLoop(); });
   init();
 }

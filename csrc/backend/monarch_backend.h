@@ -13,6 +13,7 @@
 
 #include "backend/options.h"
 #include "backend/work.h"
+#include "common/helper_pool.h"
 #include "gpu/device_dispatch.h"
 #include "transport/fabric.h"
 #include "transport/group_links.h"
@@ -165,6 +166,8 @@ class MonarchBackend : public c10d::Backend {
   uint64_t nextSeq_ = 1;
   uint64_t derivations_ = 0; // shrinks so far; makes derived channel ids unique
   bool stopping_ = false;
+  // Helps the worker reduce large messages (AlgorithmConfig::helpers).
+  std::unique_ptr<HelperPool> helpers_;
   std::thread worker_;
   // Ops on CUDA tensors go to the group's NCCL/RCCL backend (csrc/gpu/).
   DeviceDispatch device_;

@@ -30,7 +30,8 @@ c10::intrusive_ptr<MonarchBackend> createBackend(
     const std::string& bindAddress,
     size_t smallMessageBytes,
     size_t chunkBytes,
-    int directMaxRanks) {
+    int directMaxRanks,
+    int threads) {
   BackendOptions options;
   options.timeout = timeout;
   options.heartbeatTimeout = std::chrono::milliseconds(static_cast<int64_t>(heartbeatTimeoutSeconds * 1000));
@@ -39,6 +40,7 @@ c10::intrusive_ptr<MonarchBackend> createBackend(
   options.algorithms.smallMessageBytes = smallMessageBytes;
   options.algorithms.chunkBytes = chunkBytes;
   options.algorithms.directMaxRanks = directMaxRanks;
+  options.algorithms.threads = threads;
   py::gil_scoped_release release;
   return MonarchBackend::join(store, rank, size, groupName, options);
 }
@@ -120,7 +122,7 @@ PYBIND11_MODULE(_C, module) {
   module.def(
       "create_backend", &monarch::createBackend, py::arg("store"), py::arg("rank"), py::arg("size"),
       py::arg("group_name"), py::arg("timeout"), py::arg("heartbeat_timeout"), py::arg("transport"), py::arg("bind_address"),
-      py::arg("small_message_bytes"), py::arg("chunk_bytes"), py::arg("direct_max_ranks"));
+      py::arg("small_message_bytes"), py::arg("chunk_bytes"), py::arg("direct_max_ranks"), py::arg("threads"));
   monarch::bindFrameProbe(module);
   monarch::gpu::bindGpu(module);
 }
