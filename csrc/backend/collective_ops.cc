@@ -2,6 +2,7 @@
 // arguments on the caller's thread, stage the data into contiguous buffers,
 // and enqueue the algorithm for the worker thread.
 
+#include "backend/collective_args.h"
 #include "backend/monarch_backend.h"
 #include "backend/tensor_args.h"
 
@@ -24,31 +25,6 @@ OpSignature signatureFor(OpCode op, DataType type, uint64_t count, int64_t root 
   signature.root = static_cast<int32_t>(root);
   signature.reduceOp = reduceOp;
   return signature;
-}
-
-// Sizes along dim 0 for alltoall_base: the user's split sizes, or an even
-// split when none are given.
-std::vector<size_t> rowSplits(const at::Tensor& tensor, const std::vector<int64_t>& splits, int size, const char* which) {
-  int64_t rows = tensor.dim() == 0 ? 1 : tensor.size(0);
-  std::vector<size_t> out;
-  if (splits.empty()) {
-    TORCH_CHECK_VALUE(
-        rows % size == 0, "alltoall_base: ", which, " has ", rows, " rows, not divisible by the group size ", size);
-    out.assign(size, static_cast<size_t>(rows / size));
-    return out;
-  }
-  TORCH_CHECK_VALUE(
-      static_cast<int>(splits.size()) == size, "alltoall_base: ", which, " split sizes have ", splits.size(),
-      " entries, expected one per rank (", size, ")");
-  int64_t total = 0;
-  for (int64_t split : splits) {
-    TORCH_CHECK_VALUE(split >= 0, "alltoall_base: negative ", which, " split size ", split);
-    total += split;
-    out.push_back(static_cast<size_t>(split));
-  }
-  TORCH_CHECK_VALUE(
-      total == rows, "alltoall_base: ", which, " split sizes add up to ", total, " but the tensor has ", rows, " rows");
-  return out;
 }
 
 Partition scaled(const std::vector<size_t>& counts, size_t unit) {
@@ -107,7 +83,7 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::broadcast(std::vector<at::Tensor>
 c10::intrusive_ptr<c10d::Work> MonarchBackend::allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
   if (device_.wants(tensors)) return device_.get().allreduce(tensors, opts);
   at::Tensor tensor = singleTensor(tensors, "allreduce");
-  TORCH_CHECK_VALUE(!opts.sparseIndices.has_value(), "allreduce: sparse tensors are not supported");
+  checkDenseAllreduce(opts);
   DataType type = reducibleType(tensor, "allreduce");
   ReductionPlan plan = planReduction(opts.reduceOp, type, "allreduce");
   at::Tensor buffer = tensor.contiguous();
@@ -172,13 +148,7 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::allgather(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
   if (device_.wants(outputs, inputs)) return device_.get().allgather(outputs, inputs, opts);
   at::Tensor input = singleTensor(inputs, "allgather");
-  TORCH_CHECK_VALUE(outputs.size() == 1, "allgather: expected one output list, got ", outputs.size());
-  TORCH_CHECK_VALUE(
-      static_cast<int>(outputs[0].size()) == size_, "allgather: the output list has ", outputs[0].size(),
-      " tensors, expected one per rank (", size_, ")");
-  for (const auto& output : outputs[0]) {
-    checkSameLayout(input, output, "allgather", "an output tensor");
-  }
+  allgatherOutputs(outputs, input, size_, checkSameLayout);
   at::Tensor flat = at::empty({size_ * input.numel()}, input.options());
   size_t count = wireCount(input);
   size_t elem = wireElementBytes(input);
@@ -208,18 +178,11 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
   if (device_.wants(outputs, inputs)) return device_.get().allgather_into_tensor_coalesced(outputs, inputs, opts);
   checkUniform(inputs, "all_gather_into_tensor", "the input list");
-  TORCH_CHECK_VALUE(
-      outputs.size() == inputs.size(), "all_gather_into_tensor: ", outputs.size(), " outputs for ", inputs.size(), " inputs");
+  checkAllgatherIntoTensor(outputs, inputs, size_);
   std::vector<at::Tensor> buffers;
   uint64_t total = 0;
   for (size_t i = 0; i < inputs.size(); ++i) {
     checkCpuTensor(outputs[i], "all_gather_into_tensor");
-    TORCH_CHECK_TYPE(
-        outputs[i].scalar_type() == inputs[i].scalar_type(), "all_gather_into_tensor: output dtype ",
-        outputs[i].scalar_type(), " differs from input dtype ", inputs[i].scalar_type());
-    TORCH_CHECK_VALUE(
-        outputs[i].numel() == size_ * inputs[i].numel(), "all_gather_into_tensor: output has ", outputs[i].numel(),
-        " elements, expected group size x input = ", size_ * inputs[i].numel());
     buffers.push_back(outputs[i].contiguous());
     total += wireCount(inputs[i]);
   }
@@ -250,17 +213,7 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& outputLists, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
   if (device_.wants(outputLists, inputs)) return device_.get().allgather_coalesced(outputLists, inputs, opts);
   checkUniform(inputs, "allgather_coalesced", "the input list");
-  TORCH_CHECK_VALUE(
-      static_cast<int>(outputLists.size()) == size_, "allgather_coalesced: expected one output list per rank (", size_,
-      "), got ", outputLists.size());
-  for (const auto& list : outputLists) {
-    TORCH_CHECK_VALUE(
-        list.size() == inputs.size(), "allgather_coalesced: an output list has ", list.size(), " tensors, expected ",
-        inputs.size());
-    for (size_t i = 0; i < list.size(); ++i) {
-      checkSameLayout(inputs[i], list[i], "allgather_coalesced", "an output tensor");
-    }
-  }
+  checkAllgatherCoalesced(outputLists, inputs, size_, checkSameLayout);
   at::Tensor mine = flattenAll(inputs);
   int64_t perRank = mine.numel();
   at::Tensor flat = at::empty({size_ * perRank}, mine.options());
@@ -290,20 +243,7 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::gather(
   at::Tensor input = singleTensor(inputs, "gather");
   checkRoot(opts.rootRank, size_, "gather");
   int root = static_cast<int>(opts.rootRank);
-  std::vector<at::Tensor> outs;
-  if (rank_ == root) {
-    TORCH_CHECK_VALUE(
-        outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_,
-        "gather: the root needs one output list with one tensor per rank (", size_, ")");
-    outs = outputs[0];
-    for (const auto& output : outs) {
-      checkSameLayout(input, output, "gather", "an output tensor");
-    }
-  } else {
-    TORCH_CHECK_VALUE(
-        outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
-        "gather: only the root rank may pass output tensors");
-  }
+  std::vector<at::Tensor> outs = gatherOutputs(outputs, input, rank_, root, size_, checkSameLayout);
   at::Tensor staged = input.contiguous();
   at::Tensor flat = rank_ == root ? at::empty({size_ * input.numel()}, input.options()) : at::Tensor();
   std::vector<at::Tensor> keep = outs;
@@ -327,19 +267,8 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::scatter(
   at::Tensor output = singleTensor(outputs, "scatter");
   checkRoot(opts.rootRank, size_, "scatter");
   int root = static_cast<int>(opts.rootRank);
-  at::Tensor flat;
-  if (rank_ == root) {
-    TORCH_CHECK_VALUE(
-        inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_,
-        "scatter: the root needs one input list with one tensor per rank (", size_, ")");
-    for (const auto& input : inputs[0]) {
-      checkSameLayout(output, input, "scatter", "an input tensor");
-    }
-    flat = flattenAll(inputs[0]);
-  } else {
-    TORCH_CHECK_VALUE(
-        inputs.empty() || (inputs.size() == 1 && inputs[0].empty()), "scatter: only the root rank may pass input tensors");
-  }
+  std::vector<at::Tensor> pieces = scatterInputs(inputs, output, rank_, root, size_, checkSameLayout);
+  at::Tensor flat = pieces.empty() ? at::Tensor() : flattenAll(pieces);
   at::Tensor buffer = output.contiguous();
   std::vector<at::Tensor> keep{output, buffer};
   if (flat.defined()) {
@@ -357,15 +286,10 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::reduce_scatter(
     std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs, const c10d::ReduceScatterOptions& opts) {
   if (device_.wants(outputs, inputs)) return device_.get().reduce_scatter(outputs, inputs, opts);
   at::Tensor output = singleTensor(outputs, "reduce_scatter");
-  TORCH_CHECK_VALUE(
-      inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_,
-      "reduce_scatter: expected one input list with one tensor per rank (", size_, ")");
-  for (const auto& input : inputs[0]) {
-    checkSameLayout(output, input, "reduce_scatter", "an input tensor");
-  }
+  const auto& pieces = reduceScatterInputs(inputs, output, size_, checkSameLayout);
   DataType type = reducibleType(output, "reduce_scatter");
   ReductionPlan plan = planReduction(opts.reduceOp, type, "reduce_scatter");
-  at::Tensor flat = flattenAll(inputs[0]);
+  at::Tensor flat = flattenAll(pieces);
   auto config = options_.algorithms;
   int r = rank_, n = size_;
   return enqueue(
@@ -392,19 +316,12 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
   if (device_.wants(outputs, inputs)) return device_.get().reduce_scatter_tensor_coalesced(outputs, inputs, opts);
   checkUniform(inputs, "reduce_scatter_tensor", "the input list");
-  TORCH_CHECK_VALUE(
-      outputs.size() == inputs.size(), "reduce_scatter_tensor: ", outputs.size(), " outputs for ", inputs.size(), " inputs");
+  checkReduceScatterTensor(outputs, inputs, size_);
   DataType type = reducibleType(inputs[0], "reduce_scatter_tensor");
   ReductionPlan plan = planReduction(opts.reduceOp, type, "reduce_scatter_tensor");
   uint64_t total = 0;
   for (size_t i = 0; i < inputs.size(); ++i) {
     checkCpuTensor(outputs[i], "reduce_scatter_tensor");
-    TORCH_CHECK_TYPE(
-        outputs[i].scalar_type() == inputs[i].scalar_type(), "reduce_scatter_tensor: output dtype ",
-        outputs[i].scalar_type(), " differs from input dtype ", inputs[i].scalar_type());
-    TORCH_CHECK_VALUE(
-        inputs[i].numel() == size_ * outputs[i].numel(), "reduce_scatter_tensor: input has ", inputs[i].numel(),
-        " elements, expected group size x output = ", size_ * outputs[i].numel());
     total += inputs[i].numel();
   }
   auto config = options_.algorithms;
@@ -435,11 +352,9 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::alltoall_base(
   if (device_.wants(output, input)) return device_.get().alltoall_base(output, input, outputSplitSizes, inputSplitSizes, opts);
   checkCpuTensor(input, "alltoall_base");
   checkCpuTensor(output, "alltoall_base");
-  TORCH_CHECK_TYPE(
-      input.scalar_type() == output.scalar_type(), "alltoall_base: input dtype ", input.scalar_type(),
-      " differs from output dtype ", output.scalar_type());
-  auto sendRows = rowSplits(input, inputSplitSizes, size_, "input");
-  auto recvRows = rowSplits(output, outputSplitSizes, size_, "output");
+  checkAlltoallBaseTypes(output, input);
+  auto sendRows = alltoallRows(input, inputSplitSizes, size_, "input");
+  auto recvRows = alltoallRows(output, outputSplitSizes, size_, "output");
   int64_t inRows = input.dim() == 0 ? 1 : input.size(0);
   int64_t outRows = output.dim() == 0 ? 1 : output.size(0);
   size_t inRowBytes = inRows == 0 ? 0 : input.nbytes() / inRows;
@@ -466,13 +381,7 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::alltoall(
   if (device_.wants(outputs, inputs)) return device_.get().alltoall(outputs, inputs, opts);
   checkUniform(inputs, "alltoall", "the input list");
   checkUniform(outputs, "alltoall", "the output list");
-  TORCH_CHECK_VALUE(
-      static_cast<int>(inputs.size()) == size_ && static_cast<int>(outputs.size()) == size_,
-      "alltoall: expected one input and one output tensor per rank (", size_, "), got ", inputs.size(), " and ",
-      outputs.size());
-  TORCH_CHECK_TYPE(
-      inputs[0].scalar_type() == outputs[0].scalar_type(), "alltoall: input dtype ", inputs[0].scalar_type(),
-      " differs from output dtype ", outputs[0].scalar_type());
+  checkAlltoallLists(outputs, inputs, size_);
   at::Tensor in = flattenAll(inputs);
   auto recvCounts = numels(outputs);
   size_t totalOut = 0;

@@ -1,5 +1,7 @@
 #include "backend/tensor_args.h"
 
+#include "backend/collective_args.h"
+
 #include <c10/util/Exception.h>
 
 namespace monarch {
@@ -73,19 +75,13 @@ void checkCpuTensor(const at::Tensor& tensor, const char* op) {
 
 void checkSameLayout(const at::Tensor& expected, const at::Tensor& got, const char* op, const char* what) {
   checkCpuTensor(got, op);
-  TORCH_CHECK_TYPE(
-      got.scalar_type() == expected.scalar_type(), op, ": ", what, " has dtype ", got.scalar_type(),
-      " but the input has dtype ", expected.scalar_type());
-  TORCH_CHECK_VALUE(
-      got.numel() == expected.numel(), op, ": ", what, " has ", got.numel(), " elements but the input has ",
-      expected.numel());
+  checkMatchesInput(expected, got, op, what);
 }
 
 at::Tensor singleTensor(const std::vector<at::Tensor>& tensors, const char* op) {
-  TORCH_CHECK_VALUE(
-      tensors.size() == 1, op, ": the monarch backend takes exactly one tensor per rank, got ", tensors.size());
-  checkCpuTensor(tensors[0], op);
-  return tensors[0];
+  const at::Tensor& tensor = theOnlyTensor(tensors, op);
+  checkCpuTensor(tensor, op);
+  return tensor;
 }
 
 void checkRoot(int64_t root, int size, const char* op) {

@@ -8,6 +8,7 @@
 
 #include <c10/cuda/CUDAFunctions.h>
 
+#include "backend/collective_args.h"
 #include "backend/tensor_args.h"
 #include "gpu/compat.h"
 #include "gpu/nccl_backend.h"
@@ -48,20 +49,14 @@ at::Device commonDevice(std::initializer_list<const std::vector<at::Tensor>*> li
 }
 
 at::Tensor onlyTensor(const std::vector<at::Tensor>& tensors, const char* op) {
-  TORCH_CHECK_VALUE(
-      tensors.size() == 1, op, ": the monarch backend takes exactly one tensor per rank, got ", tensors.size());
-  checkGpuTensor(tensors[0], tensors[0].device(), op);
-  return tensors[0];
+  const at::Tensor& tensor = theOnlyTensor(tensors, op);
+  checkGpuTensor(tensor, tensor.device(), op);
+  return tensor;
 }
 
 void checkLike(const at::Tensor& expected, const at::Tensor& got, const char* op, const char* what) {
   checkGpuTensor(got, expected.device(), op);
-  TORCH_CHECK_TYPE(
-      got.scalar_type() == expected.scalar_type(), op, ": ", what, " has dtype ", got.scalar_type(),
-      " but the input has dtype ", expected.scalar_type());
-  TORCH_CHECK_VALUE(
-      got.numel() == expected.numel(), op, ": ", what, " has ", got.numel(), " elements but the input has ",
-      expected.numel());
+  checkMatchesInput(expected, got, op, what);
 }
 
 // Where NCCL writes an output: the tensor itself when it is contiguous,
@@ -114,24 +109,10 @@ char* bytePointer(const at::Tensor& tensor) {
 std::vector<size_t> splitBytes(const at::Tensor& tensor, const std::vector<int64_t>& splits, int size, const char* which) {
   int64_t rows = tensor.dim() == 0 ? 1 : tensor.size(0);
   size_t rowBytes = rows == 0 ? 0 : tensor.nbytes() / rows;
-  std::vector<size_t> bytes;
-  if (splits.empty()) {
-    TORCH_CHECK_VALUE(
-        rows % size == 0, "alltoall_base: ", which, " has ", rows, " rows, not divisible by the group size ", size);
-    bytes.assign(size, static_cast<size_t>(rows / size) * rowBytes);
-    return bytes;
+  std::vector<size_t> bytes = alltoallRows(tensor, splits, size, which);
+  for (auto& count : bytes) {
+    count *= rowBytes;
   }
-  TORCH_CHECK_VALUE(
-      static_cast<int>(splits.size()) == size, "alltoall_base: ", which, " split sizes have ", splits.size(),
-      " entries, expected one per rank (", size, ")");
-  int64_t total = 0;
-  for (int64_t split : splits) {
-    TORCH_CHECK_VALUE(split >= 0, "alltoall_base: negative ", which, " split size ", split);
-    total += split;
-    bytes.push_back(static_cast<size_t>(split) * rowBytes);
-  }
-  TORCH_CHECK_VALUE(
-      total == rows, "alltoall_base: ", which, " split sizes add up to ", total, " but the tensor has ", rows, " rows");
   return bytes;
 }
 
@@ -150,7 +131,7 @@ c10::intrusive_ptr<c10d::Work> NcclBackend::broadcast(std::vector<at::Tensor>& t
 
 c10::intrusive_ptr<c10d::Work> NcclBackend::allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
   at::Tensor tensor = onlyTensor(tensors, "allreduce");
-  TORCH_CHECK_VALUE(!opts.sparseIndices.has_value(), "allreduce: sparse tensors are not supported");
+  checkDenseAllreduce(opts);
   checkReducible(tensor, opts.reduceOp, "allreduce");
   at::Tensor buffer = tensor.contiguous();
   c10d::ReduceOp op = opts.reduceOp;
@@ -207,16 +188,9 @@ c10::intrusive_ptr<c10d::Work> NcclBackend::reduce(std::vector<at::Tensor>& tens
 c10::intrusive_ptr<c10d::Work> NcclBackend::allgather(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
   at::Tensor input = onlyTensor(inputs, "allgather");
-  TORCH_CHECK_VALUE(outputs.size() == 1, "allgather: expected one output list, got ", outputs.size());
-  TORCH_CHECK_VALUE(
-      static_cast<int>(outputs[0].size()) == size_, "allgather: the output list has ", outputs[0].size(),
-      " tensors, expected one per rank (", size_, ")");
-  for (const auto& output : outputs[0]) {
-    checkLike(input, output, "allgather", "an output tensor");
-  }
+  std::vector<at::Tensor> outs = allgatherOutputs(outputs, input, size_, checkLike);
   at::Tensor in = input.contiguous();
   at::Tensor flat = at::empty({size_ * input.numel()}, input.options());
-  std::vector<at::Tensor> outs = outputs[0];
   int64_t numel = input.numel();
   return launch(
       {c10d::OpType::ALLGATHER, "allgather", input.device(), outs, {in, flat}, opts.timeout},
@@ -238,17 +212,7 @@ c10::intrusive_ptr<c10d::Work> NcclBackend::_allgather_base(
 c10::intrusive_ptr<c10d::Work> NcclBackend::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
   at::Device device = commonDevice({&inputs, &outputs}, "all_gather_into_tensor");
-  TORCH_CHECK_VALUE(
-      outputs.size() == inputs.size(), "all_gather_into_tensor: ", outputs.size(), " outputs for ", inputs.size(),
-      " inputs");
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    TORCH_CHECK_TYPE(
-        outputs[i].scalar_type() == inputs[i].scalar_type(), "all_gather_into_tensor: output dtype ",
-        outputs[i].scalar_type(), " differs from input dtype ", inputs[i].scalar_type());
-    TORCH_CHECK_VALUE(
-        outputs[i].numel() == size_ * inputs[i].numel(), "all_gather_into_tensor: output has ", outputs[i].numel(),
-        " elements, expected group size x input = ", size_ * inputs[i].numel());
-  }
+  checkAllgatherIntoTensor(outputs, inputs, size_);
   std::vector<at::Tensor> ins = contiguousAll(inputs);
   std::vector<at::Tensor> outs = outputBuffers(outputs);
   return launch(
@@ -268,18 +232,10 @@ c10::intrusive_ptr<c10d::Work> NcclBackend::allgather_into_tensor_coalesced(
 c10::intrusive_ptr<c10d::Work> NcclBackend::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& outputLists, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
   at::Device device = commonDevice({&inputs}, "allgather_coalesced");
-  TORCH_CHECK_VALUE(
-      static_cast<int>(outputLists.size()) == size_, "allgather_coalesced: expected one output list per rank (", size_,
-      "), got ", outputLists.size());
+  checkAllgatherCoalesced(outputLists, inputs, size_, checkLike);
   std::vector<at::Tensor> outputs;
   for (const auto& list : outputLists) {
-    TORCH_CHECK_VALUE(
-        list.size() == inputs.size(), "allgather_coalesced: an output list has ", list.size(), " tensors, expected ",
-        inputs.size());
-    for (size_t i = 0; i < list.size(); ++i) {
-      checkLike(inputs[i], list[i], "allgather_coalesced", "an output tensor");
-      outputs.push_back(list[i]);
-    }
+    outputs.insert(outputs.end(), list.begin(), list.end());
   }
   // Each rank's inputs travel as one block of bytes, whatever their dtypes.
   std::vector<at::Tensor> bytes;
@@ -312,20 +268,7 @@ c10::intrusive_ptr<c10d::Work> NcclBackend::gather(
   checkRoot(opts.rootRank, size_, "gather");
   int root = static_cast<int>(opts.rootRank);
   bool isRoot = rank_ == root;
-  std::vector<at::Tensor> outs;
-  if (isRoot) {
-    TORCH_CHECK_VALUE(
-        outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_,
-        "gather: the root needs one output list with one tensor per rank (", size_, ")");
-    outs = outputs[0];
-    for (const auto& output : outs) {
-      checkLike(input, output, "gather", "an output tensor");
-    }
-  } else {
-    TORCH_CHECK_VALUE(
-        outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
-        "gather: only the root rank may pass output tensors");
-  }
+  std::vector<at::Tensor> outs = gatherOutputs(outputs, input, rank_, root, size_, checkLike);
   at::Tensor in = input.contiguous();
   std::vector<at::Tensor> buffers = outputBuffers(outs);
   int self = rank_;
@@ -358,19 +301,7 @@ c10::intrusive_ptr<c10d::Work> NcclBackend::scatter(
   checkRoot(opts.rootRank, size_, "scatter");
   int root = static_cast<int>(opts.rootRank);
   bool isRoot = rank_ == root;
-  std::vector<at::Tensor> ins;
-  if (isRoot) {
-    TORCH_CHECK_VALUE(
-        inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_,
-        "scatter: the root needs one input list with one tensor per rank (", size_, ")");
-    for (const auto& input : inputs[0]) {
-      checkLike(output, input, "scatter", "an input tensor");
-    }
-    ins = contiguousAll(inputs[0]);
-  } else {
-    TORCH_CHECK_VALUE(
-        inputs.empty() || (inputs.size() == 1 && inputs[0].empty()), "scatter: only the root rank may pass input tensors");
-  }
+  std::vector<at::Tensor> ins = contiguousAll(scatterInputs(inputs, output, rank_, root, size_, checkLike));
   at::Tensor out = outputBuffer(output);
   int self = rank_;
   return launch(
@@ -398,14 +329,9 @@ c10::intrusive_ptr<c10d::Work> NcclBackend::scatter(
 c10::intrusive_ptr<c10d::Work> NcclBackend::reduce_scatter(
     std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs, const c10d::ReduceScatterOptions& opts) {
   at::Tensor output = onlyTensor(outputs, "reduce_scatter");
-  TORCH_CHECK_VALUE(
-      inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_,
-      "reduce_scatter: expected one input list with one tensor per rank (", size_, ")");
-  for (const auto& input : inputs[0]) {
-    checkLike(output, input, "reduce_scatter", "an input tensor");
-  }
+  const auto& pieces = reduceScatterInputs(inputs, output, size_, checkLike);
   checkReducible(output, opts.reduceOp, "reduce_scatter");
-  at::Tensor flat = flattenAll(inputs[0]);
+  at::Tensor flat = flattenAll(pieces);
   at::Tensor out = outputBuffer(output);
   c10d::ReduceOp op = opts.reduceOp;
   return launch(
@@ -427,17 +353,9 @@ c10::intrusive_ptr<c10d::Work> NcclBackend::_reduce_scatter_base(
 c10::intrusive_ptr<c10d::Work> NcclBackend::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
   at::Device device = commonDevice({&inputs, &outputs}, "reduce_scatter_tensor");
-  TORCH_CHECK_VALUE(
-      outputs.size() == inputs.size(), "reduce_scatter_tensor: ", outputs.size(), " outputs for ", inputs.size(),
-      " inputs");
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    TORCH_CHECK_TYPE(
-        outputs[i].scalar_type() == inputs[i].scalar_type(), "reduce_scatter_tensor: output dtype ",
-        outputs[i].scalar_type(), " differs from input dtype ", inputs[i].scalar_type());
-    TORCH_CHECK_VALUE(
-        inputs[i].numel() == size_ * outputs[i].numel(), "reduce_scatter_tensor: input has ", inputs[i].numel(),
-        " elements, expected group size x output = ", size_ * outputs[i].numel());
-    checkReducible(inputs[i], opts.reduceOp, "reduce_scatter_tensor");
+  checkReduceScatterTensor(outputs, inputs, size_);
+  for (const auto& input : inputs) {
+    checkReducible(input, opts.reduceOp, "reduce_scatter_tensor");
   }
   std::vector<at::Tensor> ins = contiguousAll(inputs);
   std::vector<at::Tensor> outs = outputBuffers(outputs);
@@ -462,9 +380,7 @@ c10::intrusive_ptr<c10d::Work> NcclBackend::alltoall_base(
     std::vector<int64_t>& inputSplitSizes, const c10d::AllToAllOptions& opts) {
   std::vector<at::Tensor> tensors{input, output};
   at::Device device = commonDevice({&tensors}, "alltoall_base");
-  TORCH_CHECK_TYPE(
-      input.scalar_type() == output.scalar_type(), "alltoall_base: input dtype ", input.scalar_type(),
-      " differs from output dtype ", output.scalar_type());
+  checkAlltoallBaseTypes(output, input);
   std::vector<size_t> sendBytes = splitBytes(input, inputSplitSizes, size_, "input");
   std::vector<size_t> recvBytes = splitBytes(output, outputSplitSizes, size_, "output");
   TORCH_CHECK_VALUE(
@@ -510,15 +426,7 @@ c10::intrusive_ptr<c10d::Work> NcclBackend::alltoall_base(
 c10::intrusive_ptr<c10d::Work> NcclBackend::alltoall(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllToAllOptions& opts) {
   at::Device device = commonDevice({&inputs, &outputs}, "alltoall");
-  TORCH_CHECK_VALUE(
-      static_cast<int>(inputs.size()) == size_ && static_cast<int>(outputs.size()) == size_,
-      "alltoall: expected one input and one output tensor per rank (", size_, "), got ", inputs.size(), " and ",
-      outputs.size());
-  for (const auto& output : outputs) {
-    TORCH_CHECK_TYPE(
-        output.scalar_type() == inputs[0].scalar_type(), "alltoall: output dtype ", output.scalar_type(),
-        " differs from input dtype ", inputs[0].scalar_type());
-  }
+  checkAlltoallLists(outputs, inputs, size_);
   TORCH_CHECK_VALUE(
       inputs[rank_].numel() == outputs[rank_].numel(), "alltoall: this rank sends ", inputs[rank_].numel(),
       " elements to itself but expects ", outputs[rank_].numel());
