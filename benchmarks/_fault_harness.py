@@ -1,7 +1,7 @@
 """Spawning ranks for the failure benchmarks, where some ranks are meant to die.
 
 ``run_all_ranks(fn, world_size, config, timeout_s, env)`` starts one process
-per rank (``multiprocessing`` "spawn"), each running the module-level
+per rank (through ``_harness.spawn_ranks``), each running the module-level
 ``fn(ctx, config)``, and returns every rank's outcome: ("ok", value),
 ("error", traceback text), ("died", exit code) or ("no report", reason).
 Unlike ``_harness.run_ranks`` a rank that dies or never reports is an
@@ -16,63 +16,34 @@ from __future__ import annotations
 import multiprocessing
 import multiprocessing.connection
 import os
-import pickle
 import shutil
 import sys
 import tempfile
 import threading
 import time
-import traceback
-from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-__all__ = ["FaultRankContext", "Outcome", "run_all_ranks"]
+from _harness import RankContext, exit_when_orphaned, kill_and_reap, read_report, report_result, spawn_ranks
 
-_ORPHAN_POLL_S = 1.0
+__all__ = ["Outcome", "run_all_ranks"]
 
 Outcome = tuple[str, Any]
 
 
-@dataclass(frozen=True)
-class FaultRankContext:
-    rank: int
-    world_size: int
-    tmp_dir: str
-
-    @property
-    def init_method(self) -> str:
-        return f"file://{os.path.join(self.tmp_dir, 'store')}"
-
-    @property
-    def aux_store_path(self) -> str:
-        return os.path.join(self.tmp_dir, "aux_store")
-
-
 def _child_main(
-    fn: Callable[[FaultRankContext, Any], Any],
-    ctx: FaultRankContext,
+    fn: Callable[[RankContext, Any], Any],
+    ctx: RankContext,
     config: Any,
     env: dict[str, str],
     parent_pid: int,
     conn: multiprocessing.connection.Connection,
 ) -> None:
     os.environ.update(env)
-
-    def watch_parent() -> None:
-        while os.getppid() == parent_pid:
-            time.sleep(_ORPHAN_POLL_S)
-        os._exit(1)
-
-    threading.Thread(target=watch_parent, name="orphan-watch", daemon=True).start()
+    exit_when_orphaned(parent_pid)
     import torch
 
     torch.set_num_threads(1)
-    try:
-        payload: Outcome = ("ok", fn(ctx, config))
-    except BaseException:  # noqa: BLE001 - everything goes back to the parent
-        payload = ("error", traceback.format_exc())
-    conn.send_bytes(pickle.dumps(payload))
-    conn.close()
+    report_result(fn, ctx, config, conn)
     sys.stdout.flush()
     sys.stderr.flush()
     # No teardown: the parent kills every rank once all have reported, so a
@@ -81,38 +52,25 @@ def _child_main(
 
 
 def run_all_ranks(
-    fn: Callable[[FaultRankContext, Any], Any],
+    fn: Callable[[RankContext, Any], Any],
     world_size: int,
     config: Any,
     timeout_s: float,
     env: Optional[dict[str, str]] = None,
     wait_for: Optional[set[int]] = None,
 ) -> list[Outcome]:
-    mp = multiprocessing.get_context("spawn")
     tmp_dir = tempfile.mkdtemp(prefix="monarch-faultbench-")
     processes: list[multiprocessing.process.BaseProcess] = []
     readers: list[multiprocessing.connection.Connection] = []
     outcomes: list[Outcome] = [("no report", f"nothing within {timeout_s:.0f} s")] * world_size
-    child_env = {"OMP_NUM_THREADS": "1", **(env or {})}
     try:
-        for rank in range(world_size):
-            reader, writer = mp.Pipe(duplex=False)
-            ctx = FaultRankContext(rank, world_size, tmp_dir)
-            process = mp.Process(
-                target=_child_main, args=(fn, ctx, config, child_env, os.getpid(), writer), name=f"rank{rank}", daemon=True
-            )
-            process.start()
-            writer.close()
-            processes.append(process)
-            readers.append(reader)
+        processes, readers = spawn_ranks(
+            _child_main, fn, world_size, config, {"OMP_NUM_THREADS": "1", **(env or {})}, tmp_dir
+        )
         pending = set(range(world_size)) if wait_for is None else set(wait_for)
         _collect(processes, readers, outcomes, pending, time.monotonic() + timeout_s)
     finally:
-        for process in processes:
-            if process.exitcode is None:
-                process.kill()
-        for process in processes:
-            process.join(10.0)
+        kill_and_reap(processes)
         for reader in readers:
             reader.close()
         shutil.rmtree(tmp_dir, ignore_errors=True)
@@ -136,11 +94,9 @@ def _collect(
             if rank not in pending:
                 continue
             pending.discard(rank)
-            try:
-                if readers[rank].poll():
-                    outcomes[rank] = pickle.loads(readers[rank].recv_bytes())
-                    continue
-            except (EOFError, OSError):
-                pass
+            report = read_report(readers[rank])
+            if report is not None:
+                outcomes[rank] = report
+                continue
             processes[rank].join(1.0)
             outcomes[rank] = ("died", processes[rank].exitcode)

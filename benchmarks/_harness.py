@@ -28,7 +28,18 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
-__all__ = ["RankContext", "RanksFailedError", "run_ranks", "time_ops", "max_across_ranks"]
+__all__ = [
+    "RankContext",
+    "RanksFailedError",
+    "exit_when_orphaned",
+    "kill_and_reap",
+    "max_across_ranks",
+    "read_report",
+    "report_result",
+    "run_ranks",
+    "spawn_ranks",
+    "time_ops",
+]
 
 # How long the other ranks get to report once one rank failed.
 _FAILURE_GRACE_S = 10.0
@@ -40,15 +51,25 @@ _ORPHAN_POLL_S = 1.0
 
 @dataclass(frozen=True)
 class RankContext:
-    """What a rank knows about its run."""
+    """What a rank knows about its run: a temporary directory of its own."""
 
     rank: int
     world_size: int
-    store_path: str
+    tmp_dir: str
+
+    @property
+    def store_path(self) -> str:
+        """The FileStore the ranks rendezvous through."""
+        return os.path.join(self.tmp_dir, "store")
 
     @property
     def init_method(self) -> str:
         return f"file://{self.store_path}"
+
+    @property
+    def aux_store_path(self) -> str:
+        """A second FileStore, for the benchmark's own coordination."""
+        return os.path.join(self.tmp_dir, "aux_store")
 
 
 class RanksFailedError(RuntimeError):
@@ -67,24 +88,11 @@ def run_ranks(
     Raises ``RanksFailedError`` if any rank fails or the run exceeds
     ``timeout_s``. Children are always killed and reaped.
     """
-    mp = multiprocessing.get_context("spawn")
     tmp_dir = tempfile.mkdtemp(prefix="monarch-bench-")
-    ctxs = [RankContext(rank, world_size, os.path.join(tmp_dir, "store")) for rank in range(world_size)]
     processes: list[multiprocessing.process.BaseProcess] = []
     readers: list[multiprocessing.connection.Connection] = []
     try:
-        for ctx in ctxs:
-            reader, writer = mp.Pipe(duplex=False)
-            process = mp.Process(
-                target=_child_main,
-                args=(fn, ctx, config, dict(env or {}), os.getpid(), writer),
-                name=f"bench-rank{ctx.rank}",
-                daemon=True,
-            )
-            process.start()
-            writer.close()
-            processes.append(process)
-            readers.append(reader)
+        processes, readers = spawn_ranks(_child_main, fn, world_size, config, dict(env or {}), tmp_dir)
         outcomes = _collect(processes, readers, time.monotonic() + timeout_s)
         if all(status == "ok" for status, _ in outcomes):
             # Let them tear down in order; whatever is left is killed below.
@@ -92,7 +100,7 @@ def run_ranks(
             for process in processes:
                 process.join(max(0.0, exit_deadline - time.monotonic()))
     finally:
-        _kill_and_reap(processes)
+        kill_and_reap(processes)
         for reader in readers:
             reader.close()
         shutil.rmtree(tmp_dir, ignore_errors=True)
@@ -100,6 +108,57 @@ def run_ranks(
     if failures:
         raise RanksFailedError("benchmark ranks failed:\n" + "\n".join(failures))
     return outcomes[0][1]
+
+
+def spawn_ranks(
+    child_main: Callable[..., None],
+    fn: Callable[[RankContext, Any], Any],
+    world_size: int,
+    config: Any,
+    env: dict[str, str],
+    tmp_dir: str,
+) -> tuple[list[multiprocessing.process.BaseProcess], list[multiprocessing.connection.Connection]]:
+    """Starts ``child_main(fn, ctx, config, env, parent_pid, conn)`` per rank
+    ("spawn" context); returns the processes and the ends their reports come on."""
+    mp = multiprocessing.get_context("spawn")
+    processes: list[multiprocessing.process.BaseProcess] = []
+    readers: list[multiprocessing.connection.Connection] = []
+    for rank in range(world_size):
+        reader, writer = mp.Pipe(duplex=False)
+        process = mp.Process(
+            target=child_main,
+            args=(fn, RankContext(rank, world_size, tmp_dir), config, env, os.getpid(), writer),
+            name=f"bench-rank{rank}",
+            daemon=True,
+        )
+        process.start()
+        writer.close()
+        processes.append(process)
+        readers.append(reader)
+    return processes, readers
+
+
+def report_result(
+    fn: Callable[[RankContext, Any], Any], ctx: RankContext, config: Any, conn: multiprocessing.connection.Connection
+) -> None:
+    """Child side: runs ``fn`` and sends ("ok", value) or ("error", traceback)."""
+    try:
+        payload: tuple[str, Any] = ("ok", fn(ctx, config))
+    except BaseException:  # noqa: BLE001 - everything goes back to the parent
+        payload = ("error", traceback.format_exc())
+    conn.send_bytes(pickle.dumps(payload))
+    conn.close()
+
+
+def read_report(reader: multiprocessing.connection.Connection) -> Optional[tuple[str, Any]]:
+    """Parent side: what a rank sent, or None when it sent nothing."""
+    try:
+        if reader.poll():
+            status, value = pickle.loads(reader.recv_bytes())
+            return (status, value)
+    except (EOFError, OSError):
+        pass
+    return None
 
 
 def _child_main(
@@ -111,13 +170,8 @@ def _child_main(
     conn: multiprocessing.connection.Connection,
 ) -> None:
     os.environ.update(env)
-    _exit_when_orphaned(parent_pid)
-    try:
-        payload: tuple[str, Any] = ("ok", fn(ctx, config))
-    except BaseException:  # noqa: BLE001 - everything goes back to the parent
-        payload = ("error", traceback.format_exc())
-    conn.send_bytes(pickle.dumps(payload))
-    conn.close()
+    exit_when_orphaned(parent_pid)
+    report_result(fn, ctx, config, conn)
     try:
         import torch.distributed as dist
 
@@ -128,7 +182,7 @@ def _child_main(
         sys.stderr.flush()
 
 
-def _exit_when_orphaned(parent_pid: int) -> None:
+def exit_when_orphaned(parent_pid: int) -> None:
     """Starts a daemon thread that ends this process if its parent goes away."""
 
     def watch() -> None:
@@ -173,17 +227,14 @@ def _collect(
 def _read_outcome(
     reader: multiprocessing.connection.Connection, process: multiprocessing.process.BaseProcess
 ) -> tuple[str, Any]:
-    try:
-        if reader.poll():
-            status, value = pickle.loads(reader.recv_bytes())
-            return (status, value)
-    except (EOFError, OSError):
-        pass
+    report = read_report(reader)
+    if report is not None:
+        return report
     process.join(1.0)
     return ("crashed", f"exited with code {process.exitcode} without reporting")
 
 
-def _kill_and_reap(processes: Sequence[multiprocessing.process.BaseProcess]) -> None:
+def kill_and_reap(processes: Sequence[multiprocessing.process.BaseProcess]) -> None:
     for process in processes:
         if process.exitcode is None:
             process.kill()
