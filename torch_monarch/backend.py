@@ -54,6 +54,7 @@ def new_backend(
         # As many threads as torch gives an op of this process, so that monarch
         # never oversubscribes what the launcher set (torchrun: OMP_NUM_THREADS).
         threads=resolved.threads if resolved.threads is not None else torch.get_num_threads(),
+        host_name=resolved.host_name,
     )
 
 

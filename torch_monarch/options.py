@@ -43,6 +43,11 @@ class Options:
             included; ``None`` takes ``torch.get_num_threads()`` when the
             group is created, so that monarch uses what torch was given and
             never oversubscribes the host.
+        host_name: the host this process counts as. Empty: the machine it
+            runs on. Ranks on one host share memory for large payloads, and
+            allreduce across several hosts first reduces within each host.
+            Set it per process to make one machine pose as several hosts
+            (tests, trying out a multi-host layout).
     """
 
     timeout: Optional[timedelta] = None
@@ -53,6 +58,7 @@ class Options:
     chunk_bytes: int = 512 * 1024
     direct_max_ranks: int = 8
     threads: Optional[int] = None
+    host_name: str = ""
 
     def with_env_overrides(self) -> "Options":
         """Returns a copy with ``MONARCH_*`` environment variables applied."""

@@ -2,6 +2,7 @@
 
 #include "algorithms/chunks.h"
 #include "algorithms/collectives.h"
+#include "algorithms/hierarchical.h"
 #include "algorithms/reduce_kernels.h"
 
 namespace monarch {
@@ -62,6 +63,9 @@ void allreduce(Links& links, void* data, size_t count, DataType type, ReduceKind
   auto* bytes = static_cast<char*>(data);
   if (count * elementSize(type) <= config.smallMessageBytes || count < static_cast<size_t>(n)) {
     recursiveDoubling(links, bytes, count, type, kind);
+    return;
+  }
+  if (hierarchicalAllreduce(links, bytes, count, type, kind, config)) {
     return;
   }
   Partition blocks = Partition::even(count, n);

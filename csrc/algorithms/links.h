@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 namespace monarch {
 
@@ -15,6 +16,9 @@ class Links {
   virtual ~Links() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  // The host a rank runs on: ranks with equal values share one. Every rank of
+  // the group sees the same values.
+  virtual uint64_t hostOf(int rank) const = 0;
   virtual Handle send(int peer, const void* data, size_t bytes) = 0;
   virtual Handle recv(int peer, void* data, size_t bytes) = 0;
   virtual void wait(Handle handle) = 0;

@@ -10,6 +10,8 @@
 #include "backend/store_adapter.h"
 #include "common/logging.h"
 #include "common/op_failure.h"
+#include "transport/remote_read.h"
+#include "transport/wire.h"
 
 namespace monarch {
 
@@ -23,6 +25,7 @@ c10::intrusive_ptr<MonarchBackend> MonarchBackend::join(
   fabricOptions.bindAddress = options.bindAddress.empty() ? defaultBindAddress() : options.bindAddress;
   fabricOptions.heartbeatTimeout = options.heartbeatTimeout;
   fabricOptions.allowRemoteRead = options.allowRemoteRead;
+  fabricOptions.hostId = options.hostName.empty() ? localHostId() : fnv1a64(options.hostName.data(), options.hostName.size());
   Membership membership;
   membership.rank = rank;
   membership.channelId = fnv1a64(groupName.data(), groupName.size());
@@ -51,7 +54,7 @@ MonarchBackend::MonarchBackend(Membership membership, BackendOptions options)
       timeoutMs_(options_.timeout.count()) {
   fabric_->acquire();
   links_ = std::make_unique<GroupLinks>(
-      membership.rank, std::move(membership.connections), fabric_->channels().get(membership.channelId), signal_,
+      membership.rank, fabric_->hostId(), std::move(membership.connections), fabric_->channels().get(membership.channelId), signal_,
       &aborted_);
   failLinksAlreadyDown();
   helpers_ = std::make_unique<HelperPool>(options_.algorithms.threads);

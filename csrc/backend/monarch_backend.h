@@ -119,6 +119,10 @@ class MonarchBackend : public c10d::Backend {
   Status error();
   // Connections this group holds (for tests: shrinking opens none).
   size_t connectionCount() const;
+  // Payload bytes this rank has sent to each group rank (diagnostics).
+  std::vector<uint64_t> payloadBytesSent() const {
+    return links_->payloadBytesSent();
+  }
 
  private:
   // One collective: what it is, and the code that runs it on the worker.

@@ -14,6 +14,7 @@ struct BackendOptions {
   std::string bindAddress; // empty: pick one (see defaultBindAddress)
   std::chrono::milliseconds heartbeatTimeout{std::chrono::seconds(3)};
   bool allowRemoteRead = true; // false: MONARCH_TRANSPORT=tcp
+  std::string hostName; // empty: this machine (localHostId)
   AlgorithmConfig algorithms;
 };
 

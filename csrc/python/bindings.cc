@@ -31,7 +31,8 @@ c10::intrusive_ptr<MonarchBackend> createBackend(
     size_t smallMessageBytes,
     size_t chunkBytes,
     int directMaxRanks,
-    int threads) {
+    int threads,
+    const std::string& hostName) {
   BackendOptions options;
   options.timeout = timeout;
   options.heartbeatTimeout = std::chrono::milliseconds(static_cast<int64_t>(heartbeatTimeoutSeconds * 1000));
@@ -41,6 +42,7 @@ c10::intrusive_ptr<MonarchBackend> createBackend(
   options.algorithms.chunkBytes = chunkBytes;
   options.algorithms.directMaxRanks = directMaxRanks;
   options.algorithms.threads = threads;
+  options.hostName = hostName;
   py::gil_scoped_release release;
   return MonarchBackend::join(store, rank, size, groupName, options);
 }
@@ -117,12 +119,16 @@ PYBIND11_MODULE(_C, module) {
             return py::make_tuple(monarch::errorKindName(status.kind), status.ranks, status.message);
           },
           "None while healthy, else (kind, ranks, message) of the failure that broke the group.")
-      .def("connection_count", &MonarchBackend::connectionCount);
+      .def("connection_count", &MonarchBackend::connectionCount)
+      .def(
+          "payload_bytes_sent", &MonarchBackend::payloadBytesSent,
+          "Payload bytes this rank has sent to each rank of the group since it was created.");
 
   module.def(
       "create_backend", &monarch::createBackend, py::arg("store"), py::arg("rank"), py::arg("size"),
       py::arg("group_name"), py::arg("timeout"), py::arg("heartbeat_timeout"), py::arg("transport"), py::arg("bind_address"),
-      py::arg("small_message_bytes"), py::arg("chunk_bytes"), py::arg("direct_max_ranks"), py::arg("threads"));
+      py::arg("small_message_bytes"), py::arg("chunk_bytes"), py::arg("direct_max_ranks"), py::arg("threads"),
+      py::arg("host_name"));
   monarch::bindFrameProbe(module);
   monarch::gpu::bindGpu(module);
 }

@@ -23,6 +23,7 @@ struct PeerIdentity {
   uint64_t endpointId = 0;
   uint32_t pid = 0;
   std::string address;
+  uint64_t hostId = 0;
   // Same host and its memory is readable: large payloads go by remote read.
   bool remoteReadable = false;
 };

@@ -282,7 +282,7 @@ std::shared_ptr<Connection> Fabric::dialPeer(
   }
   Socket socket = connectTo(address.substr(0, colon), static_cast<uint16_t>(std::stoi(address.substr(colon + 1))), deadline);
   Handshake mine = makeHandshake(
-      pending.token.data(), group.groupHash, group.epoch, group.rank, group.size, endpointId_);
+      pending.token.data(), group.groupHash, group.epoch, group.rank, group.size, endpointId_, options_.hostId);
   Handshake theirs;
   std::string error;
   if (!writeExact(socket.fd(), &mine, sizeof(mine), deadline, &error) ||
@@ -300,8 +300,8 @@ std::shared_ptr<Connection> Fabric::dialPeer(
 }
 
 std::shared_ptr<Connection> Fabric::adopt(Socket socket, const Handshake& peer, const std::string& address) {
-  PeerIdentity identity{peer.endpointId, peer.pid, address};
-  identity.remoteReadable = options_.allowRemoteRead && peer.hostId == localHostId() &&
+  PeerIdentity identity{peer.endpointId, peer.pid, address, peer.hostId};
+  identity.remoteReadable = options_.allowRemoteRead && peer.hostId == options_.hostId &&
       canReadFrom(static_cast<pid_t>(peer.pid), peer.probeAddress);
   MONARCH_LOG(kDebug) << "link to " << address << " (pid " << peer.pid << ") "
                       << (identity.remoteReadable ? "uses same-host remote reads" : "uses TCP for payloads");
@@ -406,7 +406,8 @@ void Fabric::admit(PendingHandshake& handshake) {
     return;
   }
   Handshake reply = makeHandshake(
-      group->token.data(), group->group.groupHash, group->group.epoch, group->group.rank, group->group.size, endpointId_);
+      group->token.data(), group->group.groupHash, group->group.epoch, group->group.rank, group->group.size, endpointId_,
+      options_.hostId);
   lock.unlock();
   std::string error;
   setNonBlocking(handshake.socket.fd(), false);

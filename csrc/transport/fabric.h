@@ -39,6 +39,9 @@ struct FabricOptions {
   // Peers on this host whose memory is readable get large payloads by
   // remote read (remote_read.h); false forces every byte through TCP.
   bool allowRemoteRead = true;
+  // Which host this endpoint says it is on (see localHostId()); peers with
+  // the same id are on one host. Set apart to make one machine pose as several.
+  uint64_t hostId = 0;
 };
 
 class Fabric {
@@ -50,6 +53,9 @@ class Fabric {
 
   uint64_t endpointId() const {
     return endpointId_;
+  }
+  uint64_t hostId() const {
+    return options_.hostId;
   }
   ChannelRegistry& channels() {
     return channels_;

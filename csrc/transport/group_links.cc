@@ -9,12 +9,15 @@ namespace monarch {
 
 GroupLinks::GroupLinks(
     int rank,
+    uint64_t hostId,
     std::vector<std::shared_ptr<Connection>> connectionByRank,
     std::shared_ptr<Channel> channel,
     std::shared_ptr<CompletionSignal> signal,
     const std::atomic<bool>* aborted)
     : rank_(rank),
+      hostId_(hostId),
       connections_(std::move(connectionByRank)),
+      bytesSent_(new std::atomic<uint64_t>[connections_.size()]()),
       channel_(std::move(channel)),
       signal_(std::move(signal)),
       aborted_(aborted),
@@ -22,6 +25,18 @@ GroupLinks::GroupLinks(
       recvSteps_(connections_.size(), 0) {
   channel_->bindPeers(connections_);
   channel_->setSignal(signal_);
+}
+
+uint64_t GroupLinks::hostOf(int rank) const {
+  return rank == rank_ ? hostId_ : connections_.at(rank)->peer().hostId;
+}
+
+std::vector<uint64_t> GroupLinks::payloadBytesSent() const {
+  std::vector<uint64_t> sent;
+  for (size_t peer = 0; peer < connections_.size(); ++peer) {
+    sent.push_back(bytesSent_[peer].load());
+  }
+  return sent;
 }
 
 void GroupLinks::beginOp(uint64_t seq, const OpSignature& signature, Deadline deadline, std::shared_ptr<void> keepalive) {
@@ -76,6 +91,7 @@ Links::Handle GroupLinks::send(int peer, const void* data, size_t bytes) {
   transfer->signature = signature_;
   transfer->keepalive = keepalive_;
   transfers_.push_back(transfer);
+  bytesSent_[peer] += bytes;
   connections_[peer]->postSend(
       makeDataHeader(channel_->id(), seq_, transfer->step, signature_, bytes, false), transfer);
   return transfers_.size() - 1;
@@ -127,6 +143,7 @@ void GroupLinks::postTaggedSend(
     transfer->complete(broken, -1);
     return;
   }
+  bytesSent_[peer] += bytes;
   connections_[peer]->postSend(makeDataHeader(channel_->id(), tag, 0, signature, bytes, true), transfer);
 }
 

@@ -20,6 +20,7 @@ class GroupLinks : public Links {
  public:
   GroupLinks(
       int rank,
+      uint64_t hostId,
       std::vector<std::shared_ptr<Connection>> connectionByRank,
       std::shared_ptr<Channel> channel,
       std::shared_ptr<CompletionSignal> signal,
@@ -31,6 +32,7 @@ class GroupLinks : public Links {
   int size() const override {
     return static_cast<int>(connections_.size());
   }
+  uint64_t hostOf(int rank) const override;
 
   void beginOp(uint64_t seq, const OpSignature& signature, Deadline deadline, std::shared_ptr<void> keepalive);
   // Forgets the op's transfers (waiting for them is the algorithm's job).
@@ -58,6 +60,8 @@ class GroupLinks : public Links {
   const std::vector<std::shared_ptr<Connection>>& connections() const {
     return connections_;
   }
+  // Payload bytes this rank has posted to each peer so far (diagnostics).
+  std::vector<uint64_t> payloadBytesSent() const;
 
  private:
   TransferPtr makeTransfer(Transfer::Direction direction, int peer, void* data, size_t bytes);
@@ -66,7 +70,9 @@ class GroupLinks : public Links {
   void checkPeer(int peer) const;
 
   const int rank_;
+  const uint64_t hostId_;
   std::vector<std::shared_ptr<Connection>> connections_;
+  std::unique_ptr<std::atomic<uint64_t>[]> bytesSent_;
   std::shared_ptr<Channel> channel_;
   std::shared_ptr<CompletionSignal> signal_;
   const std::atomic<bool>* aborted_;

@@ -215,7 +215,8 @@ Status decodeNotice(const std::string& payload) {
 }
 
 Handshake makeHandshake(
-    const uint8_t* token, uint64_t groupHash, uint32_t epoch, int rank, int worldSize, uint64_t endpointId) {
+    const uint8_t* token, uint64_t groupHash, uint32_t epoch, int rank, int worldSize, uint64_t endpointId,
+    uint64_t hostId) {
   Handshake hs;
   std::memset(&hs, 0, sizeof(hs));
   hs.magic = kMagic;
@@ -227,7 +228,7 @@ Handshake makeHandshake(
   hs.worldSize = worldSize;
   hs.pid = static_cast<uint32_t>(getpid());
   hs.endpointId = endpointId;
-  hs.hostId = localHostId();
+  hs.hostId = hostId;
   hs.probeAddress = probeWordAddress();
   return hs;
 }

@@ -122,7 +122,8 @@ std::string encodeNotice(const Status& status);
 Status decodeNotice(const std::string& payload);
 
 Handshake makeHandshake(
-    const uint8_t* token, uint64_t groupHash, uint32_t epoch, int rank, int worldSize, uint64_t endpointId);
+    const uint8_t* token, uint64_t groupHash, uint32_t epoch, int rank, int worldSize, uint64_t endpointId,
+    uint64_t hostId);
 // Checks a handshake received from a peer before it may join the group.
 Status validateHandshake(
     const Handshake& hs, const uint8_t* token, uint64_t groupHash, uint32_t epoch, int worldSize);

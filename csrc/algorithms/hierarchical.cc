@@ -1,0 +1,64 @@
+#include "algorithms/hierarchical.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "algorithms/sub_links.h"
+
+namespace monarch {
+
+namespace {
+
+// The ranks of each host, in rank order, hosts ordered by their lowest rank:
+// the same on every rank, since every rank sees the same host ids.
+std::vector<std::vector<int>> ranksByHost(const Links& links) {
+  std::vector<std::vector<int>> hosts;
+  std::vector<uint64_t> ids;
+  for (int rank = 0; rank < links.size(); ++rank) {
+    uint64_t id = links.hostOf(rank);
+    auto it = std::find(ids.begin(), ids.end(), id);
+    if (it == ids.end()) {
+      ids.push_back(id);
+      hosts.emplace_back();
+      it = ids.end() - 1;
+    }
+    hosts[it - ids.begin()].push_back(rank);
+  }
+  return hosts;
+}
+
+} // namespace
+
+bool hierarchicalAllreduce(Links& links, void* data, size_t count, DataType type, ReduceKind kind, const AlgorithmConfig& config) {
+  const auto hosts = ranksByHost(links);
+  const size_t perHost = hosts[0].size();
+  const bool uniform = std::all_of(hosts.begin(), hosts.end(), [&](const auto& h) { return h.size() == perHost; });
+  if (hosts.size() < 2 || perHost < 2 || !uniform || count < perHost) {
+    return false;
+  }
+  int host = 0;
+  int local = 0;
+  for (size_t h = 0; h < hosts.size(); ++h) {
+    auto it = std::find(hosts[h].begin(), hosts[h].end(), links.rank());
+    if (it != hosts[h].end()) {
+      host = static_cast<int>(h);
+      local = static_cast<int>(it - hosts[h].begin());
+    }
+  }
+  std::vector<int> peersHoldingMyBlock;
+  for (const auto& ranks : hosts) {
+    peersHoldingMyBlock.push_back(ranks[local]);
+  }
+  SubLinks onHost(links, hosts[host], local);
+  SubLinks acrossHosts(links, peersHoldingMyBlock, host);
+
+  const size_t elem = elementSize(type);
+  Partition blocks = Partition::even(count, static_cast<int>(perHost));
+  reduceScatter(onHost, data, blocks, type, kind, config);
+  char* mine = static_cast<char*>(data) + blocks.offsets[local] * elem;
+  allreduce(acrossHosts, mine, blocks.counts[local], type, kind, config);
+  allgather(onHost, data, blocks, elem, config);
+  return true;
+}
+
+} // namespace monarch

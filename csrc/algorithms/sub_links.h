@@ -1,0 +1,49 @@
+#pragma once
+
+#include <vector>
+
+#include "algorithms/links.h"
+
+namespace monarch {
+
+// The links among some of a group's ranks, as a group of its own: rank i of
+// the subgroup is `members[i]` of the parent. Transfers go through the
+// parent's op, so an algorithm can run phases on different subgroups of one
+// op (hierarchical.cc).
+class SubLinks : public Links {
+ public:
+  SubLinks(Links& parent, std::vector<int> members, int rank)
+      : parent_(parent), members_(std::move(members)), rank_(rank) {}
+
+  int rank() const override {
+    return rank_;
+  }
+  int size() const override {
+    return static_cast<int>(members_.size());
+  }
+  uint64_t hostOf(int rank) const override {
+    return parent_.hostOf(members_[rank]);
+  }
+  Handle send(int peer, const void* data, size_t bytes) override {
+    return parent_.send(members_[peer], data, bytes);
+  }
+  Handle recv(int peer, void* data, size_t bytes) override {
+    return parent_.recv(members_[peer], data, bytes);
+  }
+  void wait(Handle handle) override {
+    parent_.wait(handle);
+  }
+  void waitAll() override {
+    parent_.waitAll();
+  }
+  void* workspace(size_t bytes, Workspace slot) override {
+    return parent_.workspace(bytes, slot);
+  }
+
+ private:
+  Links& parent_;
+  const std::vector<int> members_;
+  const int rank_;
+};
+
+} // namespace monarch
