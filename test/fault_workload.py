@@ -18,9 +18,10 @@ import torch.distributed as dist
 __all__ = ["OP_NAMES", "WrongResultError", "op_sequence", "run_op", "start_all_reduce_large"]
 
 SMALL = 37
-# Over the small-message threshold and the remote-read threshold: the ring
-# algorithms, chunked, by same-host remote read.
-LARGE = 300_000
+# Over the small-message threshold, and with blocks over the remote-read
+# threshold (256 KiB) up to world 8: the bandwidth algorithms, by same-host
+# remote read.
+LARGE = 600_000
 
 
 class WrongResultError(AssertionError):
