@@ -1,6 +1,7 @@
 """Helper threads for large reductions: a group reduces on Options.threads
 threads (the worker plus threads - 1 helpers), by default torch's own thread
-count, and the result is bit-identical to a single-threaded reduction.
+count, started at the first large reduction, and the result is
+bit-identical to a single-threaded reduction.
 """
 
 from __future__ import annotations
@@ -19,24 +20,38 @@ def _thread_count() -> int:
     return len(os.listdir("/proc/self/task"))
 
 
-def _new_group_threads(**options: object) -> tuple[dist.ProcessGroup, int]:
+def _new_group(options: torch_monarch.Options) -> tuple[dist.ProcessGroup, int]:
     """A new monarch group and how many threads creating it started."""
     before = _thread_count()
-    group = dist.new_group(backend="monarch", pg_options=torch_monarch.Options(**options))
+    group = dist.new_group(backend="monarch", pg_options=options)
     return group, _thread_count() - before
+
+
+def _helpers_started(group: dist.ProcessGroup, numel: int) -> int:
+    """Threads the group's first large allreduce started (its helpers)."""
+    before = _thread_count()
+    dist.all_reduce(torch.ones(numel), group=group)
+    return _thread_count() - before
 
 
 def helper_threads_worker(ctx: WorkerContext) -> tuple[int, list[str]]:
     check = Checker(ctx.rank)
     ctx.init("monarch")
+    large = 4 << 20  # 16 MB of float32: slices for every helper
     torch.set_num_threads(1)
-    single, base = _new_group_threads(threads=1)
-    triple, with_three = _new_group_threads(threads=3)
-    check.true("threads=3 starts 2 helpers", with_three - base == 2, f"{with_three} threads vs {base} for threads=1")
+    single, single_cost = _new_group(torch_monarch.Options(threads=1))
+    triple, triple_cost = _new_group(torch_monarch.Options(threads=3))
+    check.true("no helper starts with the group", triple_cost == single_cost, f"{triple_cost} vs {single_cost} threads")
+    check.true("a small op starts no helper", _helpers_started(triple, 16) == 0)
+    started = _helpers_started(single, large)
+    check.true("threads=1 starts no helper", started == 0, f"{started} threads")
+    started = _helpers_started(triple, large)
+    check.true("threads=3 starts 2 helpers at the first large reduction", started == 2, f"{started} threads")
     torch.set_num_threads(2)
-    default, with_default = _new_group_threads()
-    check.true("default follows torch.get_num_threads()", with_default - base == 1, f"{with_default} threads vs {base}")
+    default, _ = _new_group(torch_monarch.Options())
     torch.set_num_threads(1)
+    started = _helpers_started(default, large)
+    check.true("the default follows torch.get_num_threads()", started == 1, f"{started} threads")
 
     world = ctx.world_size
     for dtype in (torch.float32, torch.bfloat16, torch.int64):

@@ -2,12 +2,6 @@
 
 namespace monarch {
 
-HelperPool::HelperPool(int threads) {
-  for (int i = 1; i < threads; ++i) {
-    helpers_.emplace_back([this] { helperLoop(); });
-  }
-}
-
 HelperPool::~HelperPool() {
   {
     std::lock_guard<std::mutex> guard(mutex_);
@@ -20,11 +14,14 @@ HelperPool::~HelperPool() {
 }
 
 void HelperPool::run(size_t tasks, const std::function<void(size_t)>& task) {
-  if (helpers_.empty() || tasks < 2) {
+  if (threads_ == 1 || tasks < 2) {
     for (size_t i = 0; i < tasks; ++i) {
       task(i);
     }
     return;
+  }
+  while (static_cast<int>(helpers_.size()) + 1 < threads_) {
+    helpers_.emplace_back([this] { helperLoop(); });
   }
   {
     std::lock_guard<std::mutex> guard(mutex_);

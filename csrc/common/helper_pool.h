@@ -12,16 +12,18 @@ namespace monarch {
 
 // A fixed set of threads that help one caller at a time split a loop (the
 // reductions of large messages). `threads` counts the caller: a pool of 1 has
-// no helper threads and runs everything on the caller.
+// no helper threads and runs everything on the caller. The helpers start at
+// the first run() that can use them, so a group that never reduces a large
+// message holds no extra threads.
 class HelperPool {
  public:
-  explicit HelperPool(int threads);
+  explicit HelperPool(int threads) : threads_(threads < 1 ? 1 : threads) {}
   ~HelperPool();
   HelperPool(const HelperPool&) = delete;
   HelperPool& operator=(const HelperPool&) = delete;
 
   int threads() const {
-    return static_cast<int>(helpers_.size()) + 1;
+    return threads_;
   }
 
   // Runs task(i) for every i in [0, tasks) on the caller and the helpers;
@@ -44,6 +46,7 @@ class HelperPool {
   int busy_ = 0;
   uint64_t generation_ = 0;
   bool stopping_ = false;
+  const int threads_;
   std::vector<std::thread> helpers_;
 };
 
