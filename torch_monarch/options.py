@@ -40,9 +40,10 @@ class Options:
             step); larger groups go around a ring (n-1 steps, one neighbour
             each way). 0 always takes the ring.
         threads: threads that reduce large messages, the group's worker
-            included; ``None`` takes ``torch.get_num_threads()`` when the
-            group is created, so that monarch uses what torch was given and
-            never oversubscribes the host.
+            included (the helpers start at the first large reduction);
+            ``None`` takes ``torch.get_num_threads()`` when the group is
+            created, so that monarch uses what torch was given and never
+            oversubscribes the host.
         host_name: the host this process counts as. Empty: the machine it
             runs on. Ranks on one host share memory for large payloads, and
             allreduce across several hosts first reduces within each host.
