@@ -11,4 +11,17 @@ std::exception_ptr makeError(const Status& status) {
   return std::make_exception_ptr(MonarchError(status.kind, status.ranks, status.message));
 }
 
+c10d::ErrorType errorTypeOf(const Status& status) {
+  switch (status.kind) {
+    case ErrorKind::kNone:
+      return c10d::ErrorType::SUCCESS;
+    case ErrorKind::kTimeout:
+      return c10d::ErrorType::TIMEOUT;
+    case ErrorKind::kPeerFailure:
+      return c10d::ErrorType::REMOTE_ERROR;
+    default:
+      return c10d::ErrorType::COMM_ERROR;
+  }
+}
+
 } // namespace monarch

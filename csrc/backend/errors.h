@@ -1,6 +1,7 @@
 #pragma once
 
 #include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
 
 #include <exception>
 #include <vector>
@@ -27,5 +28,8 @@ class MonarchError : public c10::DistBackendError {
 };
 
 std::exception_ptr makeError(const Status& status);
+
+// What c10d::Backend::getError() reports for a group broken by `status`.
+c10d::ErrorType errorTypeOf(const Status& status);
 
 } // namespace monarch

@@ -293,19 +293,7 @@ Status MonarchBackend::error() {
 
 c10d::ErrorType MonarchBackend::getError() {
   Status status = error();
-  if (status.ok()) {
-    return device_.error();
-  }
-  switch (status.kind) {
-    case ErrorKind::kNone:
-      return c10d::ErrorType::SUCCESS;
-    case ErrorKind::kTimeout:
-      return c10d::ErrorType::TIMEOUT;
-    case ErrorKind::kPeerFailure:
-      return c10d::ErrorType::REMOTE_ERROR;
-    default:
-      return c10d::ErrorType::COMM_ERROR;
-  }
+  return status.ok() ? device_.error() : errorTypeOf(status);
 }
 
 void MonarchBackend::stop(const Status& reason) {

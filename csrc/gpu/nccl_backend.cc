@@ -60,16 +60,7 @@ Status NcclBackend::error() {
 }
 
 c10d::ErrorType NcclBackend::getError() {
-  switch (error().kind) {
-    case ErrorKind::kNone:
-      return c10d::ErrorType::SUCCESS;
-    case ErrorKind::kTimeout:
-      return c10d::ErrorType::TIMEOUT;
-    case ErrorKind::kPeerFailure:
-      return c10d::ErrorType::REMOTE_ERROR;
-    default:
-      return c10d::ErrorType::COMM_ERROR;
-  }
+  return errorTypeOf(error());
 }
 
 std::shared_ptr<Communicator> NcclBackend::communicator(c10::DeviceIndex device, int peer) {
