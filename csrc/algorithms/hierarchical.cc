@@ -1,6 +1,7 @@
 #include "algorithms/hierarchical.h"
 
 #include <algorithm>
+#include <unordered_map>
 #include <vector>
 
 #include "algorithms/sub_links.h"
@@ -13,16 +14,13 @@ namespace {
 // the same on every rank, since every rank sees the same host ids.
 std::vector<std::vector<int>> ranksByHost(const Links& links) {
   std::vector<std::vector<int>> hosts;
-  std::vector<uint64_t> ids;
+  std::unordered_map<uint64_t, size_t> indexOfHost; // linear in the group size: this runs per op
   for (int rank = 0; rank < links.size(); ++rank) {
-    uint64_t id = links.hostOf(rank);
-    auto it = std::find(ids.begin(), ids.end(), id);
-    if (it == ids.end()) {
-      ids.push_back(id);
+    auto [it, added] = indexOfHost.emplace(links.hostOf(rank), hosts.size());
+    if (added) {
       hosts.emplace_back();
-      it = ids.end() - 1;
     }
-    hosts[it - ids.begin()].push_back(rank);
+    hosts[it->second].push_back(rank);
   }
   return hosts;
 }
