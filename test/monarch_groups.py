@@ -13,14 +13,23 @@ from multiproc import WorkerContext
 # several chunks per rank block for every dtype.
 TINY_CHUNK_BYTES = 512
 
-# The collective suites run once per transport: "auto" (large payloads between
-# processes on one host by remote read) and "tcp" (every byte over TCP).
-TRANSPORTS = ["auto", "tcp"]
+# The collective suites run once per transport: "auto" with its defaults
+# (large payloads between processes on one host by remote read or shared
+# memory), "shm" (every collective that can through shared memory, in rounds
+# of a few elements, so that every op crosses many of them) and "tcp" (every
+# byte over TCP).
+TRANSPORTS = ["auto", "shm", "tcp"]
+
+_TRANSPORT_ENVS = {
+    "auto": {"MONARCH_TRANSPORT": "auto"},
+    "shm": {"MONARCH_TRANSPORT": "auto", "MONARCH_SHM_MIN_BYTES": "0", "MONARCH_SHM_SEGMENT_BYTES": "4096"},
+    "tcp": {"MONARCH_TRANSPORT": "tcp"},
+}
 
 
 def transport_env(transport: str) -> dict[str, str]:
     """Worker environment that makes every monarch group use ``transport``."""
-    return {"MONARCH_TRANSPORT": transport}
+    return dict(_TRANSPORT_ENVS[transport])
 
 
 def default_and_ring_groups(ctx: WorkerContext, timeout: timedelta = timedelta(seconds=60)) -> dict[str, dist.ProcessGroup]:

@@ -55,6 +55,8 @@ def new_backend(
         # never oversubscribes what the launcher set (torchrun: OMP_NUM_THREADS).
         threads=resolved.threads if resolved.threads is not None else torch.get_num_threads(),
         host_name=resolved.host_name,
+        shm_min_bytes=resolved.shm_min_bytes,
+        shm_segment_bytes=resolved.shm_segment_bytes,
     )
 
 

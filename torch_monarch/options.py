@@ -15,6 +15,10 @@ from typing import Optional
 
 __all__ = ["Options"]
 
+# A round moves half a segment; this leaves room for a piece of every rank's
+# block of the widest dtype in groups of up to 128 ranks.
+_MIN_SHM_SEGMENT_BYTES = 4096
+
 
 @dataclass
 class Options:
@@ -27,9 +31,12 @@ class Options:
             every fifth of it. The default of 3 s rides out scheduler stalls
             on a loaded host yet turns a hung peer into an error in seconds,
             minutes before any op timeout would.
-        transport: "auto" moves large payloads between processes on one
-            host by a single-copy remote read (process_vm_readv) and
-            everything else over TCP; "tcp" sends every byte over TCP.
+        transport: "auto" lets processes on one host move large payloads
+            through shared memory: collectives of a group whose ranks all
+            share the host through segments in /dev/shm (see
+            ``shm_min_bytes``), other transfers by a single-copy remote read
+            (process_vm_readv); the rest goes over TCP. "tcp" sends every
+            byte over TCP.
         bind_address: address peers use to reach this process; empty picks
             the address the host name resolves to, else loopback.
         small_message_bytes: messages up to this size use latency-optimal
@@ -49,6 +56,16 @@ class Options:
             allreduce across several hosts first reduces within each host.
             Set it per process to make one machine pose as several hosts
             (tests, trying out a multi-host layout).
+        shm_min_bytes: allreduce, reduce, reduce-scatter, allgather and
+            broadcast of at least this many bytes go through shared memory
+            when every rank of the group runs on one host.
+        shm_segment_bytes: the shared-memory segment each rank of such a
+            group maps, at its first op of ``shm_min_bytes`` or more. Larger
+            ops go through it in rounds of half of it. Its name leaves
+            /dev/shm as soon as the peers have mapped it, so nothing is left
+            there when a job ends or is killed; its pages are reserved up
+            front, so a /dev/shm too small for every rank's segment makes
+            the group fall back to its links instead of failing.
     """
 
     timeout: Optional[timedelta] = None
@@ -60,6 +77,8 @@ class Options:
     direct_max_ranks: int = 8
     threads: Optional[int] = None
     host_name: str = ""
+    shm_min_bytes: int = 256 * 1024
+    shm_segment_bytes: int = 8 * 1024 * 1024
 
     def with_env_overrides(self) -> "Options":
         """Returns a copy with ``MONARCH_*`` environment variables applied."""
@@ -86,6 +105,12 @@ class Options:
             raise ValueError(f"Options.chunk_bytes must be positive, got {self.chunk_bytes}")
         if self.threads is not None and self.threads < 1:
             raise ValueError(f"Options.threads must be >= 1, got {self.threads}")
+        if self.shm_min_bytes < 0:
+            raise ValueError(f"Options.shm_min_bytes must be >= 0, got {self.shm_min_bytes}")
+        if self.shm_segment_bytes < _MIN_SHM_SEGMENT_BYTES:
+            raise ValueError(
+                f"Options.shm_segment_bytes must be at least {_MIN_SHM_SEGMENT_BYTES}, got {self.shm_segment_bytes}"
+            )
         if self.direct_max_ranks < 0:
             raise ValueError(f"Options.direct_max_ranks must be >= 0, got {self.direct_max_ranks}")
 

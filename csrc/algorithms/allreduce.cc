@@ -4,6 +4,7 @@
 #include "algorithms/collectives.h"
 #include "algorithms/hierarchical.h"
 #include "algorithms/reduce_kernels.h"
+#include "algorithms/shared_memory.h"
 
 namespace monarch {
 
@@ -59,6 +60,9 @@ void allreduce(Links& links, void* data, size_t count, DataType type, ReduceKind
   }
   if (count == 0) {
     return emptyOp(links);
+  }
+  if (sharedAllreduce(links, data, count, type, kind, config)) {
+    return;
   }
   auto* bytes = static_cast<char*>(data);
   if (count * elementSize(type) <= config.smallMessageBytes || count < static_cast<size_t>(n)) {

@@ -1,7 +1,8 @@
-// reduceScatter and allgather: the degenerate cases, then direct or ring by
-// group size (block_exchange.h).
+// reduceScatter and allgather: the degenerate cases, shared memory when the
+// group has it, then direct or ring by group size (block_exchange.h).
 
 #include "algorithms/block_exchange.h"
+#include "algorithms/shared_memory.h"
 
 namespace monarch {
 
@@ -20,6 +21,9 @@ void reduceScatter(Links& links, void* data, const Partition& blocks, DataType t
   if (blocks.maxCount() == 0) {
     return emptyOp(links);
   }
+  if (sharedReduceScatter(links, data, blocks, type, kind, config)) {
+    return;
+  }
   if (useDirect(links, config)) {
     return directReduceScatter(links, data, blocks, type, kind, config);
   }
@@ -32,6 +36,9 @@ void allgather(Links& links, void* data, const Partition& blocks, size_t element
   }
   if (blocks.maxCount() == 0) {
     return emptyOp(links);
+  }
+  if (sharedAllgather(links, data, blocks, elementBytes, config)) {
+    return;
   }
   if (useDirect(links, config)) {
     return directAllgather(links, data, blocks, elementBytes, config);

@@ -23,6 +23,9 @@ struct AlgorithmConfig {
   // Groups up to this size reduce-scatter and allgather large messages
   // all-pairs (one step) instead of around a ring (n-1 steps).
   int directMaxRanks = 8;
+  // Messages of at least this size between ranks that all share one host
+  // go through shared memory (shared_memory.h).
+  size_t sharedMemoryMinBytes = 256 * 1024;
   // Threads that reduce large messages, the group's worker included.
   int threads = 1;
   // Those threads but the worker, owned by the group (null: none).

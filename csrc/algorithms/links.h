@@ -3,6 +3,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "algorithms/shared_regions.h"
+
 namespace monarch {
 
 // The only thing the algorithms know about the transport: post a send or a
@@ -31,6 +33,14 @@ class Links {
   // the same slot.
   enum class Workspace { kAlgorithm, kStaging };
   virtual void* workspace(size_t bytes, Workspace slot) = 0;
+
+  // Memory shared with every peer, when all ranks share one host and the
+  // transport allows it; null otherwise. The first call sets it up with the
+  // peers inside the current op, so every rank must make it at the same
+  // point of the same op (the algorithms do, deciding by message size).
+  virtual SharedRegions* sharedRegions() {
+    return nullptr;
+  }
 };
 
 } // namespace monarch

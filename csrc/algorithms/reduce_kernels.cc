@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <stdexcept>
 
-#include "common/helper_pool.h"
+#include "algorithms/parallel.h"
 
 namespace monarch {
 
@@ -158,21 +158,18 @@ void reduceInto(void* acc, const void* in, size_t count, DataType type, ReduceKi
   throw std::invalid_argument("reduction on an unknown dtype");
 }
 
-void reduceInto(void* acc, const void* in, size_t count, DataType type, ReduceKind kind, HelperPool* helpers) {
-  // Below this, a slice costs more to hand to another thread than to reduce.
-  constexpr size_t kMinSliceBytes = 256 * 1024;
+void reduceAllInto(
+    void* acc, const std::vector<const void*>& inputs, size_t count, DataType type, ReduceKind kind, HelperPool* helpers) {
   const size_t elem = elementSize(type);
-  const size_t threads = helpers ? static_cast<size_t>(helpers->threads()) : 1;
-  const size_t slices = std::min(threads, count * elem / kMinSliceBytes);
-  if (slices < 2) {
-    return reduceInto(acc, in, count, type, kind);
-  }
-  const size_t per = (count + slices - 1) / slices;
-  helpers->run(slices, [&](size_t i) {
-    size_t begin = i * per;
-    size_t end = std::min(count, begin + per);
-    reduceInto(static_cast<char*>(acc) + begin * elem, static_cast<const char*>(in) + begin * elem, end - begin, type, kind);
+  forEachSlice(count, elem, helpers, [&](size_t begin, size_t end) {
+    for (const void* in : inputs) {
+      reduceInto(static_cast<char*>(acc) + begin * elem, static_cast<const char*>(in) + begin * elem, end - begin, type, kind);
+    }
   });
+}
+
+void reduceInto(void* acc, const void* in, size_t count, DataType type, ReduceKind kind, HelperPool* helpers) {
+  reduceAllInto(acc, {in}, count, type, kind, helpers);
 }
 
 } // namespace monarch

@@ -1,6 +1,7 @@
 // Rooted collectives: broadcast and reduce. Small messages walk a binomial
-// tree (log2(n) hops); large ones are pipelined in chunks, down a chain for
-// broadcast, and through a ring reduce-scatter plus a gather for reduce.
+// tree (log2(n) hops); large ones go through shared memory on one host, else
+// are pipelined in chunks, down a chain for broadcast, and through a
+// reduce-scatter plus a gather for reduce.
 
 #include <cstring>
 #include <vector>
@@ -8,6 +9,7 @@
 #include "algorithms/chunks.h"
 #include "algorithms/collectives.h"
 #include "algorithms/reduce_kernels.h"
+#include "algorithms/shared_memory.h"
 
 namespace monarch {
 
@@ -81,6 +83,9 @@ void broadcast(Links& links, void* data, size_t bytes, int root, const Algorithm
   }
   if (bytes == 0) {
     return emptyOp(links);
+  }
+  if (sharedBroadcast(links, data, bytes, root, config)) {
+    return;
   }
   if (bytes <= config.smallMessageBytes) {
     binomialBroadcast(links, static_cast<char*>(data), bytes, root);

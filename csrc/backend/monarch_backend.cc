@@ -54,7 +54,8 @@ MonarchBackend::MonarchBackend(Membership membership, BackendOptions options)
       timeoutMs_(options_.timeout.count()) {
   fabric_->acquire();
   links_ = std::make_unique<GroupLinks>(
-      membership.rank, fabric_->hostId(), std::move(membership.connections), fabric_->channels().get(membership.channelId), signal_,
+      membership.rank, fabric_->hostId(), fabric_->endpointId(), options_.allowRemoteRead ? options_.sharedRegionBytes : 0,
+      std::move(membership.connections), fabric_->channels().get(membership.channelId), signal_,
       &aborted_);
   failLinksAlreadyDown();
   helpers_ = std::make_unique<HelperPool>(options_.algorithms.threads);

@@ -32,7 +32,9 @@ c10::intrusive_ptr<MonarchBackend> createBackend(
     size_t chunkBytes,
     int directMaxRanks,
     int threads,
-    const std::string& hostName) {
+    const std::string& hostName,
+    size_t shmMinBytes,
+    size_t shmSegmentBytes) {
   BackendOptions options;
   options.timeout = timeout;
   options.heartbeatTimeout = std::chrono::milliseconds(static_cast<int64_t>(heartbeatTimeoutSeconds * 1000));
@@ -43,6 +45,8 @@ c10::intrusive_ptr<MonarchBackend> createBackend(
   options.algorithms.directMaxRanks = directMaxRanks;
   options.algorithms.threads = threads;
   options.hostName = hostName;
+  options.algorithms.sharedMemoryMinBytes = shmMinBytes;
+  options.sharedRegionBytes = shmSegmentBytes;
   py::gil_scoped_release release;
   return MonarchBackend::join(store, rank, size, groupName, options);
 }
@@ -128,7 +132,7 @@ PYBIND11_MODULE(_C, module) {
       "create_backend", &monarch::createBackend, py::arg("store"), py::arg("rank"), py::arg("size"),
       py::arg("group_name"), py::arg("timeout"), py::arg("heartbeat_timeout"), py::arg("transport"), py::arg("bind_address"),
       py::arg("small_message_bytes"), py::arg("chunk_bytes"), py::arg("direct_max_ranks"), py::arg("threads"),
-      py::arg("host_name"));
+      py::arg("host_name"), py::arg("shm_min_bytes"), py::arg("shm_segment_bytes"));
   monarch::bindFrameProbe(module);
   monarch::gpu::bindGpu(module);
 }

@@ -1,5 +1,7 @@
 #include "transport/group_links.h"
 
+#include <unistd.h>
+
 #include <cstring>
 #include <string>
 
@@ -10,12 +12,16 @@ namespace monarch {
 GroupLinks::GroupLinks(
     int rank,
     uint64_t hostId,
+    uint64_t endpointId,
+    size_t sharedRegionBytes,
     std::vector<std::shared_ptr<Connection>> connectionByRank,
     std::shared_ptr<Channel> channel,
     std::shared_ptr<CompletionSignal> signal,
     const std::atomic<bool>* aborted)
     : rank_(rank),
       hostId_(hostId),
+      endpointId_(endpointId),
+      sharedRegionBytes_(sharedRegionBytes),
       connections_(std::move(connectionByRank)),
       bytesSent_(new std::atomic<uint64_t>[connections_.size()]()),
       channel_(std::move(channel)),
@@ -25,6 +31,28 @@ GroupLinks::GroupLinks(
       recvSteps_(connections_.size(), 0) {
   channel_->bindPeers(connections_);
   channel_->setSignal(signal_);
+  mayShareMemory_ = sharedRegionBytes_ > 0 && size() > 1;
+  for (int peer = 0; peer < size(); ++peer) {
+    mayShareMemory_ = mayShareMemory_ && hostOf(peer) == hostId_;
+  }
+}
+
+SharedRegions* GroupLinks::sharedRegions() {
+  if (segments_) {
+    return &segments_->regions();
+  }
+  if (!mayShareMemory_) {
+    return nullptr;
+  }
+  mayShareMemory_ = false;
+  std::vector<PeerSegments::Owner> owners;
+  for (int peer = 0; peer < size(); ++peer) {
+    owners.push_back(
+        peer == rank_ ? PeerSegments::Owner{::getpid(), endpointId_}
+                      : PeerSegments::Owner{static_cast<pid_t>(connections_[peer]->peer().pid), connections_[peer]->peer().endpointId});
+  }
+  segments_ = PeerSegments::setUp(*this, owners, channel_->id(), sharedRegionBytes_);
+  return segments_ ? &segments_->regions() : nullptr;
 }
 
 uint64_t GroupLinks::hostOf(int rank) const {

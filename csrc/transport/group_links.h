@@ -8,6 +8,7 @@
 #include "algorithms/links.h"
 #include "transport/channel.h"
 #include "transport/connection.h"
+#include "transport/shm/peer_segments.h"
 #include "transport/socket.h"
 #include "transport/transfer.h"
 
@@ -18,9 +19,13 @@ namespace monarch {
 // point transfers are posted from the caller's thread outside any op.
 class GroupLinks : public Links {
  public:
+  // `sharedRegionBytes` > 0 lets a group whose ranks all share this host
+  // map a segment of that size per rank (sharedRegions()).
   GroupLinks(
       int rank,
       uint64_t hostId,
+      uint64_t endpointId,
+      size_t sharedRegionBytes,
       std::vector<std::shared_ptr<Connection>> connectionByRank,
       std::shared_ptr<Channel> channel,
       std::shared_ptr<CompletionSignal> signal,
@@ -43,6 +48,7 @@ class GroupLinks : public Links {
   void wait(Handle handle) override;
   void waitAll() override;
   void* workspace(size_t bytes, Workspace slot) override;
+  SharedRegions* sharedRegions() override;
 
   // Point-to-point, tagged; `peer` < 0 receives from any source.
   // `onComplete` runs once the transfer is done, on the thread that did it.
@@ -71,6 +77,8 @@ class GroupLinks : public Links {
 
   const int rank_;
   const uint64_t hostId_;
+  const uint64_t endpointId_;
+  const size_t sharedRegionBytes_;
   std::vector<std::shared_ptr<Connection>> connections_;
   std::unique_ptr<std::atomic<uint64_t>[]> bytesSent_;
   std::shared_ptr<Channel> channel_;
@@ -88,6 +96,10 @@ class GroupLinks : public Links {
   // Grow-only scratch, one buffer per Workspace slot.
   std::unique_ptr<char[]> workspaces_[2];
   size_t workspaceBytes_[2] = {0, 0};
+  // Set up at the first op that asks; one attempt per group, so that every
+  // rank gives up alike when it fails.
+  bool mayShareMemory_ = false;
+  std::unique_ptr<PeerSegments> segments_;
 };
 
 } // namespace monarch

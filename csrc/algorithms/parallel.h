@@ -1,0 +1,26 @@
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <vector>
+
+namespace monarch {
+
+class HelperPool;
+
+// Calls fn(begin, end) over slices covering [0, count) elements of
+// `elementBytes`, spread across `helpers` (null: all on the caller) when the
+// span is large enough to pay for waking them.
+void forEachSlice(
+    size_t count, size_t elementBytes, HelperPool* helpers, const std::function<void(size_t, size_t)>& fn);
+
+struct CopySpan {
+  void* dst;
+  const void* src;
+  size_t bytes;
+};
+
+// Copies every span, the total split evenly across `helpers`.
+void copySpans(const std::vector<CopySpan>& spans, HelperPool* helpers);
+
+} // namespace monarch

@@ -1,0 +1,162 @@
+// Every algorithm here runs in rounds. In a round each rank writes its part
+// into its own region, all ranks meet at a barrier, then each reads what it
+// needs from the peers' regions. A round uses one half of every region and
+// the next round the other half: a rank writes half h again two rounds
+// later, after the barrier of the round between, which no rank passes
+// before it has finished reading the previous round. One barrier per round
+// is therefore enough, and SharedRegions::rounds carries the alternation
+// from one op to the next.
+
+#include "algorithms/shared_memory.h"
+
+#include <algorithm>
+
+#include "algorithms/parallel.h"
+#include "algorithms/reduce_kernels.h"
+
+namespace monarch {
+
+namespace {
+
+constexpr size_t kSlotAlignment = 64;
+
+SharedRegions* regionsFor(Links& links, size_t bytes, const AlgorithmConfig& config) {
+  return bytes >= config.sharedMemoryMinBytes ? links.sharedRegions() : nullptr;
+}
+
+size_t slotBytes(const SharedRegions& regions) {
+  return regions.bytesPerRegion / 2 / kSlotAlignment * kSlotAlignment;
+}
+
+// `rank`'s half of its region in the current round.
+char* slotOf(const SharedRegions& regions, int rank) {
+  return regions.byRank[rank] + (regions.rounds % 2) * slotBytes(regions);
+}
+
+// Elements [begin, begin + piece) of a block of `count`, clipped.
+size_t pieceLength(size_t count, size_t begin, size_t piece) {
+  return begin >= count ? 0 : std::min(piece, count - begin);
+}
+
+} // namespace
+
+bool sharedAllreduce(Links& links, void* data, size_t count, DataType type, ReduceKind kind, const AlgorithmConfig& config) {
+  const size_t elem = elementSize(type);
+  SharedRegions* regions = regionsFor(links, count * elem, config);
+  if (!regions) {
+    return false;
+  }
+  const int n = links.size();
+  const int r = links.rank();
+  const size_t perRound = slotBytes(*regions) / elem;
+  for (size_t begin = 0; begin < count; begin += perRound, ++regions->rounds) {
+    const size_t length = std::min(perRound, count - begin);
+    char* chunk = static_cast<char*>(data) + begin * elem;
+    Partition blocks = Partition::even(length, n);
+    char* mine = slotOf(*regions, r);
+    copySpans({{mine, chunk, length * elem}}, config.helpers);
+    barrier(links);
+    // Rank r reduces block r for everyone, in place in its own slot, where
+    // only rank r reads it until the next barrier.
+    std::vector<const void*> others;
+    for (int peer = 0; peer < n; ++peer) {
+      if (peer != r) {
+        others.push_back(slotOf(*regions, peer) + blocks.offsets[r] * elem);
+      }
+    }
+    reduceAllInto(mine + blocks.offsets[r] * elem, others, blocks.counts[r], type, kind, config.helpers);
+    barrier(links);
+    std::vector<CopySpan> results;
+    for (int peer = 0; peer < n; ++peer) {
+      size_t offset = blocks.offsets[peer] * elem;
+      results.push_back({chunk + offset, slotOf(*regions, peer) + offset, blocks.counts[peer] * elem});
+    }
+    copySpans(results, config.helpers);
+  }
+  return true;
+}
+
+bool sharedReduceScatter(
+    Links& links, void* data, const Partition& blocks, DataType type, ReduceKind kind, const AlgorithmConfig& config) {
+  const size_t elem = elementSize(type);
+  const int n = links.size();
+  const int r = links.rank();
+  SharedRegions* regions = regionsFor(links, blocks.maxCount() * elem * n, config);
+  if (!regions) {
+    return false;
+  }
+  // Each round moves `piece` elements of every block; rank p's share of a
+  // slot is the piece of block p.
+  const size_t piece = slotBytes(*regions) / elem / n;
+  if (piece == 0) {
+    return false; // more ranks than a slot has elements (a tiny Options.shm_segment_bytes)
+  }
+  auto* bytes = static_cast<char*>(data);
+  for (size_t begin = 0; begin < blocks.maxCount(); begin += piece, ++regions->rounds) {
+    char* mine = slotOf(*regions, r);
+    std::vector<CopySpan> pieces;
+    for (int block = 0; block < n; ++block) {
+      size_t length = pieceLength(blocks.counts[block], begin, piece);
+      pieces.push_back({mine + block * piece * elem, bytes + (blocks.offsets[block] + begin) * elem, length * elem});
+    }
+    copySpans(pieces, config.helpers);
+    barrier(links);
+    std::vector<const void*> others;
+    for (int peer = 0; peer < n; ++peer) {
+      if (peer != r) {
+        others.push_back(slotOf(*regions, peer) + r * piece * elem);
+      }
+    }
+    size_t length = pieceLength(blocks.counts[r], begin, piece);
+    reduceAllInto(bytes + (blocks.offsets[r] + begin) * elem, others, length, type, kind, config.helpers);
+  }
+  return true;
+}
+
+bool sharedAllgather(Links& links, void* data, const Partition& blocks, size_t elementBytes, const AlgorithmConfig& config) {
+  const int n = links.size();
+  const int r = links.rank();
+  SharedRegions* regions = regionsFor(links, blocks.maxCount() * elementBytes * n, config);
+  if (!regions) {
+    return false;
+  }
+  const size_t piece = slotBytes(*regions) / elementBytes;
+  auto* bytes = static_cast<char*>(data);
+  for (size_t begin = 0; begin < blocks.maxCount(); begin += piece, ++regions->rounds) {
+    size_t length = pieceLength(blocks.counts[r], begin, piece);
+    copySpans({{slotOf(*regions, r), bytes + (blocks.offsets[r] + begin) * elementBytes, length * elementBytes}},
+              config.helpers);
+    barrier(links);
+    std::vector<CopySpan> pieces;
+    for (int peer = 0; peer < n; ++peer) {
+      if (peer != r) {
+        length = pieceLength(blocks.counts[peer], begin, piece);
+        pieces.push_back({bytes + (blocks.offsets[peer] + begin) * elementBytes, slotOf(*regions, peer), length * elementBytes});
+      }
+    }
+    copySpans(pieces, config.helpers);
+  }
+  return true;
+}
+
+bool sharedBroadcast(Links& links, void* data, size_t bytes, int root, const AlgorithmConfig& config) {
+  SharedRegions* regions = regionsFor(links, bytes, config);
+  if (!regions) {
+    return false;
+  }
+  const size_t piece = slotBytes(*regions);
+  auto* buffer = static_cast<char*>(data);
+  for (size_t begin = 0; begin < bytes; begin += piece, ++regions->rounds) {
+    size_t length = std::min(piece, bytes - begin);
+    if (links.rank() == root) {
+      copySpans({{slotOf(*regions, root), buffer + begin, length}}, config.helpers);
+    }
+    barrier(links);
+    if (links.rank() != root) {
+      copySpans({{buffer + begin, slotOf(*regions, root), length}}, config.helpers);
+    }
+  }
+  return true;
+}
+
+} // namespace monarch

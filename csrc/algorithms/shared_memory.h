@@ -1,0 +1,20 @@
+#pragma once
+
+// Collectives through memory that every rank of a one-host group maps
+// (Links::sharedRegions): each rank copies its data into its own region
+// once, and the peers read it from there at memory speed, with only
+// barriers going over the links. Each returns false, having done nothing,
+// when the message is smaller than config.sharedMemoryMinBytes or the group
+// has no shared regions; the caller then runs its link algorithm.
+
+#include "algorithms/collectives.h"
+
+namespace monarch {
+
+bool sharedAllreduce(Links& links, void* data, size_t count, DataType type, ReduceKind kind, const AlgorithmConfig& config);
+bool sharedReduceScatter(
+    Links& links, void* data, const Partition& blocks, DataType type, ReduceKind kind, const AlgorithmConfig& config);
+bool sharedAllgather(Links& links, void* data, const Partition& blocks, size_t elementBytes, const AlgorithmConfig& config);
+bool sharedBroadcast(Links& links, void* data, size_t bytes, int root, const AlgorithmConfig& config);
+
+} // namespace monarch

@@ -1,0 +1,208 @@
+"""The shared-memory transport: a group whose ranks all run on one host moves
+large collectives through a segment per rank that every rank maps.
+
+- The data goes through the segments: each rank maps every rank's segment,
+  only barrier frames go over the links, and the results are right (with
+  MONARCH_TRANSPORT=tcp the same test sees no mapping and the payload on the
+  links, so it can tell the two apart).
+- A segment's name leaves /dev/shm as soon as the peers have mapped it:
+  nothing is found there while the job runs, and nothing after kill -9.
+- A stale segment left by a dead process (a job killed while its group was
+  setting up) is removed by the next group on the host; a live process's
+  segment is left alone.
+- A rank that cannot set up its segment (here: a different segment size)
+  makes every rank fall back to the links, with right results.
+- SIGKILL during a loop of shared-memory allreduces: every survivor gets
+  PeerFailureError naming the victim within the bound, and after
+  destroy_process_group no mapping, thread or fd is left.
+
+The collective suites (test_reductions.py, test_data_movement.py) cover
+every collective, dtype and op through shared memory (transport "shm").
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import threading
+import time
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import torch_monarch
+from faults import attempt, backend_of, read_stamp, settled_baseline, signal_self, teardown_leaks
+from multiproc import WorkerContext, run_workers, run_workers_ok
+from reference import Checker, assert_all_passed, rank_input, reference_reduce
+
+SHM_DIR = "/dev/shm"
+# 4 MB of float32: above Options.shm_min_bytes.
+NUMEL = 1 << 20
+KILL_DETECT_BOUND_S = 0.5
+
+
+def _names_of(pid: int) -> list[str]:
+    """Monarch segment names in /dev/shm created by process ``pid``."""
+    return [name for name in os.listdir(SHM_DIR) if name.startswith(f"monarch-{pid}-")]
+
+
+def _mapped_segments() -> set[str]:
+    """Paths of the monarch segments this process maps."""
+    with open("/proc/self/maps") as maps:
+        return {line.split(maxsplit=5)[5].strip() for line in maps if "/dev/shm/monarch-" in line}
+
+
+def _bytes_sent(group: dist.ProcessGroup) -> int:
+    return sum(backend_of(group).payload_bytes_sent())
+
+
+def through_segments_worker(ctx: WorkerContext, transport: str) -> tuple[int, list[str]]:
+    check = Checker(ctx.rank)
+    ctx.init("monarch")
+    n = ctx.world_size
+    inputs = [rank_input(rank, NUMEL, torch.float32, 3) for rank in range(n)]
+    sent_before = _bytes_sent(dist.group.WORLD)
+
+    tensor = inputs[ctx.rank].clone()
+    dist.all_reduce(tensor)
+    check.close("all_reduce", tensor, reference_reduce(inputs, "SUM"))
+    # Everyone's names are gone once the first op is over.
+    check.true("no name in /dev/shm during the job", not _names_of(os.getpid()), str(_names_of(os.getpid())))
+
+    gathered = torch.empty(n * NUMEL)
+    dist.all_gather_into_tensor(gathered, inputs[ctx.rank])
+    check.close("all_gather_into_tensor", gathered, torch.cat(inputs))
+
+    block = NUMEL // n
+    mine = torch.empty(block)
+    dist.reduce_scatter_tensor(mine, inputs[ctx.rank][: block * n].clone())
+    expected = reference_reduce([x[: block * n] for x in inputs], "SUM").view(n, block)[ctx.rank]
+    check.close("reduce_scatter_tensor", mine, expected)
+
+    tensor = inputs[ctx.rank].clone()
+    dist.broadcast(tensor, src=n - 1)
+    check.close("broadcast", tensor, inputs[n - 1])
+
+    payload = 4 * NUMEL
+    sent = _bytes_sent(dist.group.WORLD) - sent_before
+    mapped = _mapped_segments()
+    if transport == "auto":
+        check.true("maps every rank's segment", len(mapped) == n, str(sorted(mapped)))
+        check.true("only barriers on the links", sent < 1024, f"{sent} payload bytes sent")
+    else:
+        check.true("maps no segment", not mapped, str(sorted(mapped)))
+        check.true("payload on the links", sent >= payload, f"{sent} payload bytes sent")
+    return check.report()
+
+
+@pytest.mark.parametrize("transport", ["auto", "tcp"])
+def test_collectives_go_through_the_segments(transport: str) -> None:
+    reports = run_workers_ok(through_segments_worker, 3, transport, env={"MONARCH_TRANSPORT": transport})
+    assert_all_passed(reports, min_checks=7)
+
+
+def one_allreduce_worker(ctx: WorkerContext) -> tuple[int, list[str]]:
+    check = Checker(ctx.rank)
+    ctx.init("monarch")
+    inputs = [rank_input(rank, NUMEL, torch.float32, 5) for rank in range(ctx.world_size)]
+    tensor = inputs[ctx.rank].clone()
+    dist.all_reduce(tensor)
+    check.close("all_reduce", tensor, reference_reduce(inputs, "SUM"))
+    check.true("went through shared memory", len(_mapped_segments()) == ctx.world_size, str(_mapped_segments()))
+    return check.report()
+
+
+def _plant_segment(pid: int) -> str:
+    """A segment file named as if process ``pid`` had created it."""
+    name = f"monarch-{pid}-{random.getrandbits(64):016x}-{0:016x}"
+    with open(os.path.join(SHM_DIR, name), "wb") as segment:
+        segment.write(b"\0" * 4096)
+    return name
+
+
+def test_stale_segment_of_a_dead_process_is_removed() -> None:
+    finished = subprocess.Popen(["true"])
+    finished.wait()
+    stale = _plant_segment(finished.pid)
+    live = _plant_segment(os.getpid())
+    try:
+        assert_all_passed(run_workers_ok(one_allreduce_worker, 2), min_checks=2)
+        assert not os.path.exists(os.path.join(SHM_DIR, stale)), "the dead process's segment is still there"
+        assert os.path.exists(os.path.join(SHM_DIR, live)), "a live process's segment was removed"
+    finally:
+        for name in (stale, live):
+            if os.path.exists(os.path.join(SHM_DIR, name)):
+                os.unlink(os.path.join(SHM_DIR, name))
+
+
+def fallback_worker(ctx: WorkerContext) -> tuple[int, list[str]]:
+    check = Checker(ctx.rank)
+    ctx.init("monarch")
+    # Rank 1's segment is another size: it cannot map rank 0's, so neither uses one.
+    options = torch_monarch.Options(shm_segment_bytes=(8 << 20) if ctx.rank == 0 else (64 << 10))
+    group = dist.new_group(backend="monarch", pg_options=options)
+    inputs = [rank_input(rank, NUMEL, torch.float32, 7) for rank in range(ctx.world_size)]
+    before = _bytes_sent(group)
+    for _ in range(2):
+        tensor = inputs[ctx.rank].clone()
+        dist.all_reduce(tensor, group=group)
+        check.close("all_reduce over the links", tensor, reference_reduce(inputs, "SUM"))
+    check.true("maps no segment", not _mapped_segments(), str(_mapped_segments()))
+    check.true("payload on the links", _bytes_sent(group) - before >= 4 * NUMEL // 2, str(_bytes_sent(group) - before))
+    check.true("no name left in /dev/shm", not _names_of(os.getpid()), str(_names_of(os.getpid())))
+    return check.report()
+
+
+def test_a_rank_that_cannot_map_makes_all_fall_back() -> None:
+    assert_all_passed(run_workers_ok(fallback_worker, 2), min_checks=5)
+
+
+def kill_worker(ctx: WorkerContext) -> dict[str, Any]:
+    baseline = settled_baseline()
+    victim = ctx.world_size - 1
+    stamp = os.path.join(ctx.tmp_dir, "killed")
+    # Small segments: a 4 MB allreduce takes 128 rounds, so the kill lands mid-op.
+    ctx.init("monarch", timeout=timedelta(seconds=10), pg_options=torch_monarch.Options(shm_segment_bytes=64 << 10))
+    ctx.store().set(f"pid{ctx.rank}", str(os.getpid()))
+    inputs = [rank_input(rank, NUMEL, torch.float32, 11) for rank in range(ctx.world_size)]
+    expected = reference_reduce(inputs, "SUM")
+    dist.barrier()
+    if ctx.rank == victim:
+        delay_s = random.uniform(0.05, 0.3)  # picks the injection point; synchronises nothing
+        threading.Timer(delay_s, signal_self, args=(signal.SIGKILL, stamp)).start()
+    problems: list[str] = []
+    deadline = time.monotonic() + 8.0
+    while True:
+        tensor = inputs[ctx.rank].clone()
+        outcome = attempt(lambda: dist.all_reduce(tensor))
+        if not outcome.ok:
+            break
+        if not torch.allclose(tensor, expected, rtol=1e-5, atol=1e-5):
+            problems.append("an allreduce that returned is wrong")
+        if time.monotonic() > deadline:
+            raise AssertionError("no op failed within 8 s of the kill timer")
+    detect_s = outcome.ended - read_stamp(stamp)
+    if not outcome.is_a("PeerFailureError") or outcome.failed_ranks != (victim,):
+        problems.append(f"expected PeerFailureError naming [{victim}], {outcome.describe()}")
+    if detect_s > KILL_DETECT_BOUND_S:
+        problems.append(f"raised {detect_s:.3f} s after the kill (bound {KILL_DETECT_BOUND_S} s)")
+    for rank in range(ctx.world_size):
+        names = _names_of(int(ctx.store().get(f"pid{rank}")))
+        if names:
+            problems.append(f"rank {rank}'s segment name is in /dev/shm after the kill: {names}")
+    problems += teardown_leaks(baseline)
+    return {"problems": problems, "detect_s": detect_s}
+
+
+def test_kill_during_shared_memory_ops() -> None:
+    results = run_workers(kill_worker, 3, timeout=60)
+    victim = results[-1]
+    assert victim.exit_code == -signal.SIGKILL, f"the victim did not die by SIGKILL: {victim}"
+    for result in results[:-1]:
+        assert result.ok, f"rank {result.rank}: {result}"
+        assert not result.value["problems"], f"rank {result.rank}: {result.value['problems']}"
