@@ -15,6 +15,8 @@ large collectives through a segment per rank that every rank maps.
 - SIGKILL during a loop of shared-memory allreduces: every survivor gets
   PeerFailureError naming the victim within the bound, and after
   destroy_process_group no mapping, thread or fd is left.
+- A peer stopped in the middle of a shared-memory op, with heartbeats too
+  slow to notice: the op times out with CollectiveTimeoutError naming it.
 
 The collective suites (test_reductions.py, test_data_movement.py) cover
 every collective, dtype and op through shared memory (transport "shm").
@@ -36,7 +38,17 @@ import torch
 import torch.distributed as dist
 
 import torch_monarch
-from faults import attempt, backend_of, read_stamp, settled_baseline, signal_self, teardown_leaks
+from faults import (
+    attempt,
+    backend_of,
+    kill_and_wait,
+    process_state,
+    read_stamp,
+    settled_baseline,
+    signal_self,
+    teardown_leaks,
+    wait_until,
+)
 from multiproc import WorkerContext, run_workers, run_workers_ok
 from reference import Checker, assert_all_passed, rank_input, reference_reduce
 
@@ -44,6 +56,9 @@ SHM_DIR = "/dev/shm"
 # 4 MB of float32: above Options.shm_min_bytes.
 NUMEL = 1 << 20
 KILL_DETECT_BOUND_S = 0.5
+STUCK_OP_TIMEOUT = timedelta(seconds=2)
+# Naming the stuck rank may wait for its answer to a progress query.
+TIMEOUT_SLACK_S = 2.0
 
 
 def _names_of(pid: int) -> list[str]:
@@ -206,3 +221,37 @@ def test_kill_during_shared_memory_ops() -> None:
     for result in results[:-1]:
         assert result.ok, f"rank {result.rank}: {result}"
         assert not result.value["problems"], f"rank {result.rank}: {result.value['problems']}"
+
+
+def stopped_mid_op_worker(ctx: WorkerContext) -> dict[str, Any]:
+    ctx.init("monarch", timeout=STUCK_OP_TIMEOUT, pg_options=torch_monarch.Options(shm_segment_bytes=64 << 10))
+    ctx.store().set(f"pid{ctx.rank}", str(os.getpid()))
+    tensor = torch.ones(NUMEL)
+    dist.barrier()
+    if ctx.rank == 1:
+        # The random delay picks the injection point; it synchronises nothing.
+        threading.Timer(random.uniform(0.05, 0.3), os.kill, args=(os.getpid(), signal.SIGSTOP)).start()
+    while True:
+        outcome = attempt(lambda: dist.all_reduce(tensor))
+        if not outcome.ok:
+            break
+    stopped = int(ctx.store().get("pid1"))
+    try:
+        wait_until(lambda: process_state(stopped) == "T", 10, "rank 1 to be stopped")
+        problems = []
+        if not outcome.is_a("CollectiveTimeoutError") or outcome.failed_ranks != (1,):
+            problems.append(f"expected CollectiveTimeoutError naming [1], {outcome.describe()}")
+        bound = STUCK_OP_TIMEOUT.total_seconds() + TIMEOUT_SLACK_S
+        if outcome.elapsed_s > bound:
+            problems.append(f"the op ended after {outcome.elapsed_s:.2f} s (bound {bound} s)")
+    finally:
+        kill_and_wait(stopped)
+    return {"problems": problems, "elapsed_s": outcome.elapsed_s}
+
+
+def test_peer_stopped_mid_op_times_out_naming_it() -> None:
+    # Heartbeats far slower than the op timeout: only the op's deadline ends the wait.
+    results = run_workers(stopped_mid_op_worker, 2, timeout=60, env={"MONARCH_HEARTBEAT_TIMEOUT": "60"})
+    assert results[1].exit_code == -signal.SIGKILL, results[1]
+    assert results[0].ok, results[0]
+    assert not results[0].value["problems"], results[0].value["problems"]

@@ -6,6 +6,12 @@
 // before it has finished reading the previous round. One barrier per round
 // is therefore enough, and SharedRegions::rounds carries the alternation
 // from one op to the next.
+//
+// An op's first barrier goes over the links: its frames carry the op's
+// signature, so ranks that called different ops fail with a mismatch, as
+// they would on the links. The op's later barriers meet in shared memory,
+// which costs about a microsecond instead of a message round trip, so that
+// rounds can be small enough for a round's data to stay in cache.
 
 #include "algorithms/shared_memory.h"
 
@@ -25,13 +31,32 @@ SharedRegions* regionsFor(Links& links, size_t bytes, const AlgorithmConfig& con
 }
 
 size_t slotBytes(const SharedRegions& regions) {
-  return regions.bytesPerRegion / 2 / kSlotAlignment * kSlotAlignment;
+  return regions.bytesPerRegion() / 2 / kSlotAlignment * kSlotAlignment;
 }
 
 // `rank`'s half of its region in the current round.
 char* slotOf(const SharedRegions& regions, int rank) {
-  return regions.byRank[rank] + (regions.rounds % 2) * slotBytes(regions);
+  return regions.region(rank) + (regions.rounds % 2) * slotBytes(regions);
 }
+
+// The barriers of one op: the first over the links, the rest in memory.
+class OpBarrier {
+ public:
+  OpBarrier(Links& links, SharedRegions& regions) : links_(links), regions_(regions) {}
+  void operator()() {
+    if (first_) {
+      first_ = false;
+      barrier(links_);
+    } else {
+      regions_.barrier();
+    }
+  }
+
+ private:
+  Links& links_;
+  SharedRegions& regions_;
+  bool first_ = true;
+};
 
 // Elements [begin, begin + piece) of a block of `count`, clipped.
 size_t pieceLength(size_t count, size_t begin, size_t piece) {
@@ -49,13 +74,14 @@ bool sharedAllreduce(Links& links, void* data, size_t count, DataType type, Redu
   const int n = links.size();
   const int r = links.rank();
   const size_t perRound = slotBytes(*regions) / elem;
+  OpBarrier sync(links, *regions);
   for (size_t begin = 0; begin < count; begin += perRound, ++regions->rounds) {
     const size_t length = std::min(perRound, count - begin);
     char* chunk = static_cast<char*>(data) + begin * elem;
     Partition blocks = Partition::even(length, n);
     char* mine = slotOf(*regions, r);
     copySpans({{mine, chunk, length * elem}}, config.helpers);
-    barrier(links);
+    sync();
     // Rank r reduces block r for everyone, in place in its own slot, where
     // only rank r reads it until the next barrier.
     std::vector<const void*> others;
@@ -65,7 +91,7 @@ bool sharedAllreduce(Links& links, void* data, size_t count, DataType type, Redu
       }
     }
     reduceAllInto(mine + blocks.offsets[r] * elem, others, blocks.counts[r], type, kind, config.helpers);
-    barrier(links);
+    sync();
     std::vector<CopySpan> results;
     for (int peer = 0; peer < n; ++peer) {
       size_t offset = blocks.offsets[peer] * elem;
@@ -92,6 +118,7 @@ bool sharedReduceScatter(
     return false; // more ranks than a slot has elements (a tiny Options.shm_segment_bytes)
   }
   auto* bytes = static_cast<char*>(data);
+  OpBarrier sync(links, *regions);
   for (size_t begin = 0; begin < blocks.maxCount(); begin += piece, ++regions->rounds) {
     char* mine = slotOf(*regions, r);
     std::vector<CopySpan> pieces;
@@ -100,7 +127,7 @@ bool sharedReduceScatter(
       pieces.push_back({mine + block * piece * elem, bytes + (blocks.offsets[block] + begin) * elem, length * elem});
     }
     copySpans(pieces, config.helpers);
-    barrier(links);
+    sync();
     std::vector<const void*> others;
     for (int peer = 0; peer < n; ++peer) {
       if (peer != r) {
@@ -122,11 +149,12 @@ bool sharedAllgather(Links& links, void* data, const Partition& blocks, size_t e
   }
   const size_t piece = slotBytes(*regions) / elementBytes;
   auto* bytes = static_cast<char*>(data);
+  OpBarrier sync(links, *regions);
   for (size_t begin = 0; begin < blocks.maxCount(); begin += piece, ++regions->rounds) {
     size_t length = pieceLength(blocks.counts[r], begin, piece);
     copySpans({{slotOf(*regions, r), bytes + (blocks.offsets[r] + begin) * elementBytes, length * elementBytes}},
               config.helpers);
-    barrier(links);
+    sync();
     std::vector<CopySpan> pieces;
     for (int peer = 0; peer < n; ++peer) {
       if (peer != r) {
@@ -146,12 +174,13 @@ bool sharedBroadcast(Links& links, void* data, size_t bytes, int root, const Alg
   }
   const size_t piece = slotBytes(*regions);
   auto* buffer = static_cast<char*>(data);
+  OpBarrier sync(links, *regions);
   for (size_t begin = 0; begin < bytes; begin += piece, ++regions->rounds) {
     size_t length = std::min(piece, bytes - begin);
     if (links.rank() == root) {
       copySpans({{slotOf(*regions, root), buffer + begin, length}}, config.helpers);
     }
-    barrier(links);
+    sync();
     if (links.rank() != root) {
       copySpans({{buffer + begin, slotOf(*regions, root), length}}, config.helpers);
     }

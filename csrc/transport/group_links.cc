@@ -39,7 +39,7 @@ GroupLinks::GroupLinks(
 
 SharedRegions* GroupLinks::sharedRegions() {
   if (segments_) {
-    return &segments_->regions();
+    return segments_.get();
   }
   if (!mayShareMemory_) {
     return nullptr;
@@ -51,8 +51,10 @@ SharedRegions* GroupLinks::sharedRegions() {
         peer == rank_ ? PeerSegments::Owner{::getpid(), endpointId_}
                       : PeerSegments::Owner{static_cast<pid_t>(connections_[peer]->peer().pid), connections_[peer]->peer().endpointId});
   }
-  segments_ = PeerSegments::setUp(*this, owners, channel_->id(), sharedRegionBytes_);
-  return segments_ ? &segments_->regions() : nullptr;
+  segments_ = PeerSegments::setUp(
+      *this, owners, channel_->id(), sharedRegionBytes_,
+      [this](int peer) { throwIfStopped(peer, "waiting in shared memory for"); });
+  return segments_.get();
 }
 
 uint64_t GroupLinks::hostOf(int rank) const {
@@ -200,6 +202,11 @@ void GroupLinks::waitTransfer(const TransferPtr& transfer) {
   if (transfer->done) {
     throw OpFailure(transfer->status);
   }
+  lock.unlock();
+  throwIfStopped(transfer->peerRank, transfer->direction == Transfer::Direction::kSend ? "sending to" : "receiving from");
+}
+
+void GroupLinks::throwIfStopped(int peer, const std::string& waiting) const {
   Status broken;
   if (channel_->errored(&broken)) {
     throw OpFailure(broken);
@@ -207,11 +214,11 @@ void GroupLinks::waitTransfer(const TransferPtr& transfer) {
   if (aborted_->load()) {
     throw OpFailure(Status::error(ErrorKind::kAborted, {}, "the group was aborted"));
   }
-  int peer = transfer->peerRank;
-  std::string what = transfer->direction == Transfer::Direction::kSend ? "sending to" : "receiving from";
-  throw OpFailure(Status::error(
-      ErrorKind::kTimeout, peer >= 0 ? std::vector<int>{peer} : std::vector<int>{},
-      "timed out " + what + (peer >= 0 ? " rank " + std::to_string(peer) : std::string(" any rank"))));
+  if (Clock::now() >= deadline_) {
+    throw OpFailure(Status::error(
+        ErrorKind::kTimeout, peer >= 0 ? std::vector<int>{peer} : std::vector<int>{},
+        "timed out " + waiting + (peer >= 0 ? " rank " + std::to_string(peer) : std::string(" any rank"))));
+  }
 }
 
 } // namespace monarch

@@ -73,6 +73,9 @@ class GroupLinks : public Links {
   TransferPtr makeTransfer(Transfer::Direction direction, int peer, void* data, size_t bytes);
   // Blocks until `transfer` is done, the op's deadline passes or the group aborts.
   void waitTransfer(const TransferPtr& transfer);
+  // Throws OpFailure when the group has broken or aborted or the op's
+  // deadline has passed while this rank was `waiting` (on) `peer`.
+  void throwIfStopped(int peer, const std::string& waiting) const;
   void checkPeer(int peer) const;
 
   const int rank_;

@@ -1,6 +1,13 @@
 #include "transport/shm/peer_segments.h"
 
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <climits>
 #include <cstdint>
+#include <ctime>
 #include <string>
 
 #include "common/logging.h"
@@ -8,6 +15,47 @@
 namespace monarch {
 
 namespace {
+
+// Start of every segment. Each field has a cache line of its own: the owner
+// writes `arrivals`, the peers spin on it.
+struct SegmentHeader {
+  alignas(64) std::atomic<uint32_t> arrivals; // barriers the owner has entered
+  alignas(64) std::atomic<uint32_t> sleepers; // peers in a futex wait on `arrivals`
+};
+
+// The region follows the header, cache-line aligned.
+constexpr size_t kHeaderBytes = sizeof(SegmentHeader);
+static_assert(kHeaderBytes % 64 == 0, "the region must start on a cache line");
+
+SegmentHeader& headerOf(const SharedSegment& segment) {
+  return *reinterpret_cast<SegmentHeader*>(segment.data());
+}
+// How long a barrier spins before it sleeps in the kernel: enough for a
+// peer that is a round behind, short enough not to starve one that shares
+// this core.
+constexpr auto kSpin = std::chrono::microseconds(20);
+// Longest kernel sleep between checks that the group is still healthy.
+constexpr long kSleepNanos = 1000 * 1000;
+
+void futexWait(std::atomic<uint32_t>* word, uint32_t expected) {
+  timespec timeout{0, kSleepNanos};
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &timeout, nullptr, 0);
+}
+
+void futexWakeAll(std::atomic<uint32_t>* word) {
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+inline void cpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// Whether `seen` has reached `count`, with the counter wrapping.
+inline bool reached(uint32_t seen, uint32_t count) {
+  return static_cast<int32_t>(seen - count) >= 0;
+}
 
 // Every rank says whether it succeeded; true when all did.
 bool allSucceeded(Links& links, bool succeeded) {
@@ -30,7 +78,8 @@ bool allSucceeded(Links& links, bool succeeded) {
 } // namespace
 
 std::unique_ptr<PeerSegments> PeerSegments::setUp(
-    Links& links, const std::vector<Owner>& ownerByRank, uint64_t channelId, size_t bytesPerRegion) {
+    Links& links, const std::vector<Owner>& ownerByRank, uint64_t channelId, size_t bytesPerRegion,
+    WaitCheck checkWhileWaiting) {
   const int n = links.size();
   const int r = links.rank();
   std::vector<std::string> names;
@@ -38,22 +87,25 @@ std::unique_ptr<PeerSegments> PeerSegments::setUp(
     names.push_back(segmentName(owner.pid, owner.endpointId, channelId));
   }
   removeStaleSegments();
-  std::unique_ptr<PeerSegments> result(new PeerSegments());
-  result->segments_.resize(n);
+  std::unique_ptr<PeerSegments> result(new PeerSegments(r, bytesPerRegion, std::move(checkWhileWaiting)));
+  auto& segments = result->segments_;
+  segments.resize(n);
+  const size_t segmentBytes = kHeaderBytes + bytesPerRegion;
   std::string error;
-  result->segments_[r] = SharedSegment::create(names[r], bytesPerRegion, &error);
+  // A new segment reads as zeros: no barrier entered yet.
+  segments[r] = SharedSegment::create(names[r], segmentBytes, &error);
   try {
-    bool mapped = allSucceeded(links, result->segments_[r] != nullptr);
+    bool mapped = allSucceeded(links, segments[r] != nullptr);
     for (int peer = 0; peer < n && mapped; ++peer) {
       if (peer != r) {
-        result->segments_[peer] = SharedSegment::open(names[peer], bytesPerRegion, &error);
-        mapped = result->segments_[peer] != nullptr;
+        segments[peer] = SharedSegment::open(names[peer], segmentBytes, &error);
+        mapped = segments[peer] != nullptr;
       }
     }
     mapped = allSucceeded(links, mapped);
     // Every rank has mapped every segment or given up: no name is needed.
-    if (result->segments_[r]) {
-      result->segments_[r]->unlink();
+    if (segments[r]) {
+      segments[r]->unlink();
     }
     if (!mapped) {
       MONARCH_LOG(kWarn) << "rank " << r << ": shared memory unavailable, large payloads go over the links"
@@ -67,11 +119,47 @@ std::unique_ptr<PeerSegments> PeerSegments::setUp(
     }
     throw;
   }
-  for (const auto& segment : result->segments_) {
-    result->regions_.byRank.push_back(segment->data());
-  }
-  result->regions_.bytesPerRegion = bytesPerRegion;
   return result;
+}
+
+char* PeerSegments::region(int rank) const {
+  return segments_[rank]->data() + kHeaderBytes;
+}
+
+void PeerSegments::barrier() {
+  const uint32_t count = ++barriers_;
+  SegmentHeader& mine = headerOf(*segments_[rank_]);
+  // Sequentially consistent with the sleepers' registration (awaitArrival):
+  // either this sees a sleeper and wakes it, or the sleeper's futex wait
+  // sees the new count and does not sleep.
+  mine.arrivals.store(count, std::memory_order_seq_cst);
+  if (mine.sleepers.load(std::memory_order_seq_cst) > 0) {
+    futexWakeAll(&mine.arrivals);
+  }
+  for (int peer = 0; peer < static_cast<int>(segments_.size()); ++peer) {
+    if (peer != rank_) {
+      awaitArrival(peer, count);
+    }
+  }
+}
+
+void PeerSegments::awaitArrival(int rank, uint32_t count) {
+  SegmentHeader& theirs = headerOf(*segments_[rank]);
+  const auto spinUntil = std::chrono::steady_clock::now() + kSpin;
+  for (uint32_t spins = 0;; ++spins) {
+    uint32_t seen = theirs.arrivals.load(std::memory_order_acquire);
+    if (reached(seen, count)) {
+      return;
+    }
+    if (spins % 64 != 0 || std::chrono::steady_clock::now() < spinUntil) {
+      cpuRelax();
+      continue;
+    }
+    checkWhileWaiting_(rank);
+    theirs.sleepers.fetch_add(1, std::memory_order_seq_cst);
+    futexWait(&theirs.arrivals, seen);
+    theirs.sleepers.fetch_sub(1, std::memory_order_seq_cst);
+  }
 }
 
 } // namespace monarch

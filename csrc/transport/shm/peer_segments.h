@@ -2,7 +2,9 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -12,14 +14,18 @@
 namespace monarch {
 
 // The shared regions of a group whose ranks all run on one host: this
-// rank's segment, and a mapping of every peer's.
-class PeerSegments {
+// rank's segment and a mapping of every peer's. Each segment starts with a
+// header holding its owner's barrier count, then the region.
+class PeerSegments : public SharedRegions {
  public:
   // Who created rank i's segment.
   struct Owner {
     pid_t pid;
     uint64_t endpointId;
   };
+  // Called while a barrier waits for `rank`; throws OpFailure when the
+  // group has broken or aborted or the op's deadline has passed.
+  using WaitCheck = std::function<void(int rank)>;
 
   // Sets the segments up with the peers inside the current op of `links`:
   // every rank creates its own, they agree that all did, map each other's,
@@ -28,15 +34,25 @@ class PeerSegments {
   // like any transfer, when a peer fails meanwhile; the names are unlinked
   // then too.
   static std::unique_ptr<PeerSegments> setUp(
-      Links& links, const std::vector<Owner>& ownerByRank, uint64_t channelId, size_t bytesPerRegion);
+      Links& links, const std::vector<Owner>& ownerByRank, uint64_t channelId, size_t bytesPerRegion,
+      WaitCheck checkWhileWaiting);
 
-  SharedRegions& regions() {
-    return regions_;
+  size_t bytesPerRegion() const override {
+    return bytesPerRegion_;
   }
+  char* region(int rank) const override;
+  void barrier() override;
 
  private:
+  PeerSegments(int rank, size_t bytesPerRegion, WaitCheck check)
+      : rank_(rank), bytesPerRegion_(bytesPerRegion), checkWhileWaiting_(std::move(check)) {}
+  void awaitArrival(int rank, uint32_t count);
+
+  const int rank_;
+  const size_t bytesPerRegion_;
+  const WaitCheck checkWhileWaiting_;
   std::vector<std::unique_ptr<SharedSegment>> segments_; // by rank
-  SharedRegions regions_;
+  uint32_t barriers_ = 0; // barriers this rank has entered (wraps)
 };
 
 } // namespace monarch
