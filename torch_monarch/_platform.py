@@ -145,25 +145,44 @@ def rdma_devices(root: Path = SYS_INFINIBAND) -> tuple[list[RdmaDevice], str]:
     return devices, status
 
 
+def _shm_free() -> str:
+    try:
+        stats = os.statvfs("/dev/shm")
+    except OSError as e:
+        return f"unavailable: {e.strerror}; groups fall back to their links"
+    return f"{stats.f_bavail * stats.f_frsize // (1 << 20)} MiB free"
+
+
 def transports(report: GpuReport, rdma: list[RdmaDevice]) -> list[tuple[str, str]]:
     """(transport, when it is used) for a group created with the current environment."""
     from torch_monarch.options import Options
 
     try:
-        setting = Options().with_env_overrides().transport
+        options = Options().with_env_overrides()
+        setting = options.transport
     except ValueError as e:
-        setting = f"invalid ({e})"
+        options, setting = Options(), f"invalid ({e})"
     selected = [("tcp", "every peer: handshake, control frames, heartbeats, payloads")]
     if setting == "auto":
         selected.append(
             (
+                "shared memory",
+                f"collectives of {options.shm_min_bytes} bytes or more in groups whose ranks all run on one host: "
+                f"a {options.shm_segment_bytes}-byte segment per rank from /dev/shm ({_shm_free()})",
+            )
+        )
+        selected.append(
+            (
                 "same-host remote read",
-                "large payloads between processes on one host (process_vm_readv), where the kernel lets "
-                "peers read each other's memory (probed at connect); MONARCH_TRANSPORT=tcp turns it off",
+                "other large payloads between processes on one host (point-to-point, all_to_all, gather, "
+                "scatter; process_vm_readv), where the kernel lets peers read each other's memory (probed at "
+                "connect); MONARCH_TRANSPORT=tcp turns both off",
             )
         )
     else:
-        selected.append(("same-host remote read", f"off (MONARCH_TRANSPORT={os.environ.get('MONARCH_TRANSPORT')})"))
+        off = f"off (MONARCH_TRANSPORT={os.environ.get('MONARCH_TRANSPORT')})"
+        selected.append(("shared memory", off))
+        selected.append(("same-host remote read", off))
     if report.platform in ("cuda", "rocm") and report.collectives_found:
         selected.append((report.collectives, f"GPU tensors, {report.collectives} {report.collectives_version}"))
     elif report.platform in ("cuda", "rocm"):
