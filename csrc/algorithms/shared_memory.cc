@@ -58,6 +58,18 @@ class OpBarrier {
   bool first_ = true;
 };
 
+// Byte `offset` of every peer's slot, in rank order: the order in which a
+// rank reduces what the peers published.
+std::vector<const void*> peerSlotsAt(const SharedRegions& regions, int n, int rank, size_t offset) {
+  std::vector<const void*> slots;
+  for (int peer = 0; peer < n; ++peer) {
+    if (peer != rank) {
+      slots.push_back(slotOf(regions, peer) + offset);
+    }
+  }
+  return slots;
+}
+
 // Elements [begin, begin + piece) of a block of `count`, clipped.
 size_t pieceLength(size_t count, size_t begin, size_t piece) {
   return begin >= count ? 0 : std::min(piece, count - begin);
@@ -80,24 +92,27 @@ bool sharedAllreduce(Links& links, void* data, size_t count, DataType type, Redu
     char* chunk = static_cast<char*>(data) + begin * elem;
     Partition blocks = Partition::even(length, n);
     char* mine = slotOf(*regions, r);
-    copySpans({{mine, chunk, length * elem}}, config.helpers);
-    sync();
-    // Rank r reduces block r for everyone, in place in its own slot, where
-    // only rank r reads it until the next barrier.
-    std::vector<const void*> others;
-    for (int peer = 0; peer < n; ++peer) {
-      if (peer != r) {
-        others.push_back(slotOf(*regions, peer) + blocks.offsets[r] * elem);
+    // Rank r reduces block r for everyone, so its own block r never goes
+    // through shared memory on the way in or out.
+    auto otherBlocks = [&](bool inward) {
+      std::vector<CopySpan> spans;
+      for (int peer = 0; peer < n; ++peer) {
+        if (peer != r) {
+          size_t offset = blocks.offsets[peer] * elem;
+          size_t bytes = blocks.counts[peer] * elem;
+          char* shared = (inward ? mine : slotOf(*regions, peer)) + offset;
+          spans.push_back(inward ? CopySpan{shared, chunk + offset, bytes} : CopySpan{chunk + offset, shared, bytes});
+        }
       }
-    }
-    reduceAllInto(mine + blocks.offsets[r] * elem, others, blocks.counts[r], type, kind, config.helpers);
+      return spans;
+    };
+    copySpans(otherBlocks(/*inward=*/true), config.helpers);
     sync();
-    std::vector<CopySpan> results;
-    for (int peer = 0; peer < n; ++peer) {
-      size_t offset = blocks.offsets[peer] * elem;
-      results.push_back({chunk + offset, slotOf(*regions, peer) + offset, blocks.counts[peer] * elem});
-    }
-    copySpans(results, config.helpers);
+    const size_t myOffset = blocks.offsets[r] * elem;
+    reduceAllInto(chunk + myOffset, peerSlotsAt(*regions, n, r, myOffset), blocks.counts[r], type, kind, config.helpers);
+    copySpans({{mine + myOffset, chunk + myOffset, blocks.counts[r] * elem}}, config.helpers);
+    sync();
+    copySpans(otherBlocks(/*inward=*/false), config.helpers);
   }
   return true;
 }
@@ -128,14 +143,10 @@ bool sharedReduceScatter(
     }
     copySpans(pieces, config.helpers);
     sync();
-    std::vector<const void*> others;
-    for (int peer = 0; peer < n; ++peer) {
-      if (peer != r) {
-        others.push_back(slotOf(*regions, peer) + r * piece * elem);
-      }
-    }
     size_t length = pieceLength(blocks.counts[r], begin, piece);
-    reduceAllInto(bytes + (blocks.offsets[r] + begin) * elem, others, length, type, kind, config.helpers);
+    reduceAllInto(
+        bytes + (blocks.offsets[r] + begin) * elem, peerSlotsAt(*regions, n, r, r * piece * elem), length, type, kind,
+        config.helpers);
   }
   return true;
 }
