@@ -103,6 +103,14 @@ def through_segments_worker(ctx: WorkerContext, transport: str) -> tuple[int, li
     dist.broadcast(tensor, src=n - 1)
     check.close("broadcast", tensor, inputs[n - 1])
 
+    # 64 MB and more: the results are copied out with streaming stores; an
+    # odd length leaves unaligned tails in every block.
+    large = [rank_input(rank, (64 << 20) // 4 + 5, torch.float32, 4) for rank in range(n)]
+    tensor = large[ctx.rank].clone()
+    dist.all_reduce(tensor)
+    check.close("all_reduce of 64 MB", tensor, reference_reduce(large, "SUM"))
+    del large
+
     payload = 4 * NUMEL
     sent = _bytes_sent(dist.group.WORLD) - sent_before
     mapped = _mapped_segments()

@@ -20,7 +20,10 @@ struct CopySpan {
   size_t bytes;
 };
 
-// Copies every span, the total split evenly across `helpers`.
-void copySpans(const std::vector<CopySpan>& spans, HelperPool* helpers);
+// Copies every span, the total split evenly across `helpers`. `streaming`
+// writes with non-temporal stores where the CPU has them: for destinations
+// too large to stay in cache, which then cost no read before the write and
+// evict nothing.
+void copySpans(const std::vector<CopySpan>& spans, HelperPool* helpers, bool streaming = false);
 
 } // namespace monarch
