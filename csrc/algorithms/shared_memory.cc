@@ -10,8 +10,7 @@
 // An op's first barrier goes over the links: its frames carry the op's
 // signature, so ranks that called different ops fail with a mismatch, as
 // they would on the links. The op's later barriers meet in shared memory,
-// which costs about a microsecond instead of a message round trip, so that
-// rounds can be small enough for a round's data to stay in cache.
+// which costs microseconds instead of a message round trip per round.
 
 #include "algorithms/shared_memory.h"
 
