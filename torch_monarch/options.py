@@ -46,8 +46,9 @@ class Options:
             allgather large messages with every peer at once (one dependent
             step); larger groups go around a ring (n-1 steps, one neighbour
             each way). 0 always takes the ring.
-        threads: threads that reduce large messages, the group's worker
-            included (the helpers start at the first large reduction);
+        threads: threads that reduce and copy large messages, the group's
+            worker included (the helpers start at the first op large
+            enough to use them);
             ``None`` takes ``torch.get_num_threads()`` when the group is
             created, so that monarch uses what torch was given and never
             oversubscribes the host.

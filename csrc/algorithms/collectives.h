@@ -26,7 +26,7 @@ struct AlgorithmConfig {
   // Messages of at least this size between ranks that all share one host
   // go through shared memory (shared_memory.h).
   size_t sharedMemoryMinBytes = 256 * 1024;
-  // Threads that reduce large messages, the group's worker included.
+  // Threads that reduce and copy large messages, the group's worker included.
   int threads = 1;
   // Those threads but the worker, owned by the group (null: none).
   HelperPool* helpers = nullptr;

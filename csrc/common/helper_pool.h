@@ -11,10 +11,10 @@
 namespace monarch {
 
 // A fixed set of threads that help one caller at a time split a loop (the
-// reductions of large messages). `threads` counts the caller: a pool of 1 has
-// no helper threads and runs everything on the caller. The helpers start at
-// the first run() that can use them, so a group that never reduces a large
-// message holds no extra threads.
+// reductions and shared-memory copies of large messages). `threads` counts
+// the caller: a pool of 1 has no helper threads and runs everything on the
+// caller. The helpers start at the first run() that can use them, so a group
+// that never moves a large message holds no extra threads.
 class HelperPool {
  public:
   explicit HelperPool(int threads) : threads_(threads < 1 ? 1 : threads) {}
