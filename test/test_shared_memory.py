@@ -13,8 +13,9 @@ large collectives through a segment per rank that every rank maps.
 - A rank that cannot set up its segment (here: a different segment size)
   makes every rank fall back to the links, with right results.
 - SIGKILL during a loop of shared-memory allreduces: every survivor gets
-  PeerFailureError naming the victim within the bound, and after
-  destroy_process_group no mapping, thread or fd is left.
+  PeerFailureError naming the victim within the bound, abort() unmaps the
+  segments at once, and after destroy_process_group no mapping, thread or
+  fd is left.
 - A peer stopped in the middle of a shared-memory op, with heartbeats too
   slow to notice: the op times out with CollectiveTimeoutError naming it.
 
@@ -218,6 +219,10 @@ def kill_worker(ctx: WorkerContext) -> dict[str, Any]:
         names = _names_of(int(ctx.store().get(f"pid{rank}")))
         if names:
             problems.append(f"rank {rank}'s segment name is in /dev/shm after the kill: {names}")
+    # abort() gives the mappings back at once, not when the group object goes.
+    backend_of(dist.group.WORLD).abort()
+    if _mapped_segments():
+        problems.append(f"segments still mapped after abort(): {sorted(_mapped_segments())}")
     problems += teardown_leaks(baseline)
     return {"problems": problems, "detect_s": detect_s}
 

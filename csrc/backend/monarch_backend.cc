@@ -326,6 +326,9 @@ void MonarchBackend::stop(const Status& reason) {
       worker_.join();
     }
   }
+  // No op runs any more: the segments can go now rather than with the last
+  // reference to this backend.
+  links_->releaseSharedMemory();
   links_->channel().fail(Status::error(ErrorKind::kAborted, {}, "the group was shut down"), /*tellPeers=*/false);
   fabric_->channels().release(links_->channel().id());
   // The last group on the endpoint closes its sockets and stops its threads.

@@ -37,6 +37,11 @@ GroupLinks::GroupLinks(
   }
 }
 
+void GroupLinks::releaseSharedMemory() {
+  mayShareMemory_ = false;
+  segments_.reset();
+}
+
 SharedRegions* GroupLinks::sharedRegions() {
   if (segments_) {
     return segments_.get();

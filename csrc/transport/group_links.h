@@ -49,6 +49,8 @@ class GroupLinks : public Links {
   void waitAll() override;
   void* workspace(size_t bytes, Workspace slot) override;
   SharedRegions* sharedRegions() override;
+  // Unmaps the shared-memory segments for good; no op may run after it.
+  void releaseSharedMemory();
 
   // Point-to-point, tagged; `peer` < 0 receives from any source.
   // `onComplete` runs once the transfer is done, on the thread that did it.
