@@ -58,7 +58,7 @@ SharedRegions* GroupLinks::sharedRegions() {
   }
   segments_ = PeerSegments::setUp(
       *this, owners, channel_->id(), sharedRegionBytes_,
-      [this](int peer) { throwIfStopped(peer, "waiting in shared memory for"); });
+      [this](int peer) { throwIfStopped(peer, "waiting in shared memory for", /*timedOut=*/false); });
   return segments_.get();
 }
 
@@ -208,10 +208,12 @@ void GroupLinks::waitTransfer(const TransferPtr& transfer) {
     throw OpFailure(transfer->status);
   }
   lock.unlock();
-  throwIfStopped(transfer->peerRank, transfer->direction == Transfer::Direction::kSend ? "sending to" : "receiving from");
+  throwIfStopped(
+      transfer->peerRank, transfer->direction == Transfer::Direction::kSend ? "sending to" : "receiving from",
+      /*timedOut=*/true);
 }
 
-void GroupLinks::throwIfStopped(int peer, const std::string& waiting) const {
+void GroupLinks::throwIfStopped(int peer, const std::string& waiting, bool timedOut) const {
   Status broken;
   if (channel_->errored(&broken)) {
     throw OpFailure(broken);
@@ -219,7 +221,7 @@ void GroupLinks::throwIfStopped(int peer, const std::string& waiting) const {
   if (aborted_->load()) {
     throw OpFailure(Status::error(ErrorKind::kAborted, {}, "the group was aborted"));
   }
-  if (Clock::now() >= deadline_) {
+  if (timedOut || Clock::now() >= deadline_) {
     throw OpFailure(Status::error(
         ErrorKind::kTimeout, peer >= 0 ? std::vector<int>{peer} : std::vector<int>{},
         "timed out " + waiting + (peer >= 0 ? " rank " + std::to_string(peer) : std::string(" any rank"))));

@@ -76,8 +76,9 @@ class GroupLinks : public Links {
   // Blocks until `transfer` is done, the op's deadline passes or the group aborts.
   void waitTransfer(const TransferPtr& transfer);
   // Throws OpFailure when the group has broken or aborted or the op's
-  // deadline has passed while this rank was `waiting` (on) `peer`.
-  void throwIfStopped(int peer, const std::string& waiting) const;
+  // deadline has passed (`timedOut`: the caller saw it pass) while this
+  // rank was `waiting` (on) `peer`.
+  void throwIfStopped(int peer, const std::string& waiting, bool timedOut) const;
   void checkPeer(int peer) const;
 
   const int rank_;
