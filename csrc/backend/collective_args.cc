@@ -35,18 +35,33 @@ const std::vector<at::Tensor>& allgatherOutputs(
   return outputs[0];
 }
 
-void checkAllgatherIntoTensor(const std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& inputs, int size) {
+namespace {
+
+// Pairs outputs[i], inputs[i] of one dtype in which one side, the whole
+// (`outputIsWhole`: the output), holds `size` blocks the size of the other.
+void checkWholeAndBlock(
+    const std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& inputs, int size, const char* op,
+    bool outputIsWhole) {
   TORCH_CHECK_VALUE(
-      outputs.size() == inputs.size(), "all_gather_into_tensor: ", outputs.size(), " outputs for ", inputs.size(),
-      " inputs");
+      outputs.size() == inputs.size(), op, ": ", outputs.size(), " outputs for ", inputs.size(), " inputs");
+  const char* wholeName = outputIsWhole ? "output" : "input";
+  const char* blockName = outputIsWhole ? "input" : "output";
   for (size_t i = 0; i < inputs.size(); ++i) {
     TORCH_CHECK_TYPE(
-        outputs[i].scalar_type() == inputs[i].scalar_type(), "all_gather_into_tensor: output dtype ",
-        outputs[i].scalar_type(), " differs from input dtype ", inputs[i].scalar_type());
+        outputs[i].scalar_type() == inputs[i].scalar_type(), op, ": output dtype ", outputs[i].scalar_type(),
+        " differs from input dtype ", inputs[i].scalar_type());
+    const at::Tensor& whole = outputIsWhole ? outputs[i] : inputs[i];
+    const at::Tensor& block = outputIsWhole ? inputs[i] : outputs[i];
     TORCH_CHECK_VALUE(
-        outputs[i].numel() == size * inputs[i].numel(), "all_gather_into_tensor: output has ", outputs[i].numel(),
-        " elements, expected group size x input = ", size * inputs[i].numel());
+        whole.numel() == size * block.numel(), op, ": ", wholeName, " has ", whole.numel(),
+        " elements, expected group size x ", blockName, " = ", size * block.numel());
   }
+}
+
+} // namespace
+
+void checkAllgatherIntoTensor(const std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& inputs, int size) {
+  checkWholeAndBlock(outputs, inputs, size, "all_gather_into_tensor", /*outputIsWhole=*/true);
 }
 
 void checkAllgatherCoalesced(
@@ -113,17 +128,7 @@ const std::vector<at::Tensor>& reduceScatterInputs(
 }
 
 void checkReduceScatterTensor(const std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& inputs, int size) {
-  TORCH_CHECK_VALUE(
-      outputs.size() == inputs.size(), "reduce_scatter_tensor: ", outputs.size(), " outputs for ", inputs.size(),
-      " inputs");
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    TORCH_CHECK_TYPE(
-        outputs[i].scalar_type() == inputs[i].scalar_type(), "reduce_scatter_tensor: output dtype ",
-        outputs[i].scalar_type(), " differs from input dtype ", inputs[i].scalar_type());
-    TORCH_CHECK_VALUE(
-        inputs[i].numel() == size * outputs[i].numel(), "reduce_scatter_tensor: input has ", inputs[i].numel(),
-        " elements, expected group size x output = ", size * outputs[i].numel());
-  }
+  checkWholeAndBlock(outputs, inputs, size, "reduce_scatter_tensor", /*outputIsWhole=*/false);
 }
 
 std::vector<size_t> alltoallRows(const at::Tensor& tensor, const std::vector<int64_t>& splits, int size, const char* which) {
