@@ -17,9 +17,11 @@ void reduceInto(void* acc, const void* in, size_t count, DataType type, ReduceKi
 // when the span is large enough to pay for waking them.
 void reduceInto(void* acc, const void* in, size_t count, DataType type, ReduceKind kind, HelperPool* helpers);
 
-// acc (op)= each of `inputs` in turn; each slice takes every input while it
-// is in cache.
+// acc (op)= each of `inputs` in turn, tile by tile so that a tile of acc
+// stays in the core's cache while every input is added to it. A non-null
+// `alsoTo` receives a copy of each finished tile.
 void reduceAllInto(
-    void* acc, const std::vector<const void*>& inputs, size_t count, DataType type, ReduceKind kind, HelperPool* helpers);
+    void* acc, const std::vector<const void*>& inputs, size_t count, DataType type, ReduceKind kind, HelperPool* helpers,
+    void* alsoTo = nullptr);
 
 } // namespace monarch

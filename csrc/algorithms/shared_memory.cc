@@ -113,8 +113,9 @@ bool sharedAllreduce(Links& links, void* data, size_t count, DataType type, Redu
     copySpans(otherBlocks(/*inward=*/true), config.helpers);
     sync();
     const size_t myOffset = blocks.offsets[r] * elem;
-    reduceAllInto(chunk + myOffset, peerSlotsAt(*regions, n, r, myOffset), blocks.counts[r], type, kind, config.helpers);
-    copySpans({{mine + myOffset, chunk + myOffset, blocks.counts[r] * elem}}, config.helpers);
+    reduceAllInto(
+        chunk + myOffset, peerSlotsAt(*regions, n, r, myOffset), blocks.counts[r], type, kind, config.helpers,
+        /*alsoTo=*/mine + myOffset);
     sync();
     copySpans(otherBlocks(/*inward=*/false), config.helpers, /*streaming=*/count * elem >= kStreamingResultBytes);
   }
