@@ -30,7 +30,6 @@ import random
 import signal
 import subprocess
 import threading
-import time
 from datetime import timedelta
 from typing import Any
 
@@ -39,38 +38,14 @@ import torch
 import torch.distributed as dist
 
 import torch_monarch
-from faults import (
-    attempt,
-    backend_of,
-    kill_and_wait,
-    process_state,
-    read_stamp,
-    settled_baseline,
-    signal_self,
-    teardown_leaks,
-    wait_until,
-)
+from faults import attempt, backend_of, kill_and_wait, process_state, wait_until
 from multiproc import WorkerContext, run_workers, run_workers_ok
 from reference import Checker, assert_all_passed, rank_input, reference_reduce
+from shm_segments import NUMEL, SHM_DIR, assert_killed_and_named, kill_worker, mapped_segments, names_of
 
-SHM_DIR = "/dev/shm"
-# 4 MB of float32: above Options.shm_min_bytes.
-NUMEL = 1 << 20
-KILL_DETECT_BOUND_S = 0.5
 STUCK_OP_TIMEOUT = timedelta(seconds=2)
 # Naming the stuck rank may wait for its answer to a progress query.
 TIMEOUT_SLACK_S = 2.0
-
-
-def _names_of(pid: int) -> list[str]:
-    """Monarch segment names in /dev/shm created by process ``pid``."""
-    return [name for name in os.listdir(SHM_DIR) if name.startswith(f"monarch-{pid}-")]
-
-
-def _mapped_segments() -> set[str]:
-    """Paths of the monarch segments this process maps."""
-    with open("/proc/self/maps") as maps:
-        return {line.split(maxsplit=5)[5].strip() for line in maps if "/dev/shm/monarch-" in line}
 
 
 def _bytes_sent(group: dist.ProcessGroup) -> int:
@@ -88,7 +63,7 @@ def through_segments_worker(ctx: WorkerContext, transport: str) -> tuple[int, li
     dist.all_reduce(tensor)
     check.close("all_reduce", tensor, reference_reduce(inputs, "SUM"))
     # Everyone's names are gone once the first op is over.
-    check.true("no name in /dev/shm during the job", not _names_of(os.getpid()), str(_names_of(os.getpid())))
+    check.true("no name in /dev/shm during the job", not names_of(os.getpid()), str(names_of(os.getpid())))
 
     gathered = torch.empty(n * NUMEL)
     dist.all_gather_into_tensor(gathered, inputs[ctx.rank])
@@ -114,7 +89,7 @@ def through_segments_worker(ctx: WorkerContext, transport: str) -> tuple[int, li
 
     payload = 4 * NUMEL
     sent = _bytes_sent(dist.group.WORLD) - sent_before
-    mapped = _mapped_segments()
+    mapped = mapped_segments()
     if transport == "auto":
         check.true("maps every rank's segment", len(mapped) == n, str(sorted(mapped)))
         check.true("only barriers on the links", sent < 1024, f"{sent} payload bytes sent")
@@ -137,7 +112,7 @@ def one_allreduce_worker(ctx: WorkerContext) -> tuple[int, list[str]]:
     tensor = inputs[ctx.rank].clone()
     dist.all_reduce(tensor)
     check.close("all_reduce", tensor, reference_reduce(inputs, "SUM"))
-    check.true("went through shared memory", len(_mapped_segments()) == ctx.world_size, str(_mapped_segments()))
+    check.true("went through shared memory", len(mapped_segments()) == ctx.world_size, str(mapped_segments()))
     return check.report()
 
 
@@ -176,9 +151,9 @@ def fallback_worker(ctx: WorkerContext) -> tuple[int, list[str]]:
         tensor = inputs[ctx.rank].clone()
         dist.all_reduce(tensor, group=group)
         check.close("all_reduce over the links", tensor, reference_reduce(inputs, "SUM"))
-    check.true("maps no segment", not _mapped_segments(), str(_mapped_segments()))
+    check.true("maps no segment", not mapped_segments(), str(mapped_segments()))
     check.true("payload on the links", _bytes_sent(group) - before >= 4 * NUMEL // 2, str(_bytes_sent(group) - before))
-    check.true("no name left in /dev/shm", not _names_of(os.getpid()), str(_names_of(os.getpid())))
+    check.true("no name left in /dev/shm", not names_of(os.getpid()), str(names_of(os.getpid())))
     return check.report()
 
 
@@ -186,54 +161,8 @@ def test_a_rank_that_cannot_map_makes_all_fall_back() -> None:
     assert_all_passed(run_workers_ok(fallback_worker, 2), min_checks=5)
 
 
-def kill_worker(ctx: WorkerContext) -> dict[str, Any]:
-    baseline = settled_baseline()
-    victim = ctx.world_size - 1
-    stamp = os.path.join(ctx.tmp_dir, "killed")
-    # Small segments: a 4 MB allreduce takes 128 rounds, so the kill lands mid-op.
-    ctx.init("monarch", timeout=timedelta(seconds=10), pg_options=torch_monarch.Options(shm_segment_bytes=64 << 10))
-    ctx.store().set(f"pid{ctx.rank}", str(os.getpid()))
-    inputs = [rank_input(rank, NUMEL, torch.float32, 11) for rank in range(ctx.world_size)]
-    expected = reference_reduce(inputs, "SUM")
-    dist.barrier()
-    if ctx.rank == victim:
-        delay_s = random.uniform(0.05, 0.3)  # picks the injection point; synchronises nothing
-        threading.Timer(delay_s, signal_self, args=(signal.SIGKILL, stamp)).start()
-    problems: list[str] = []
-    deadline = time.monotonic() + 8.0
-    while True:
-        tensor = inputs[ctx.rank].clone()
-        outcome = attempt(lambda: dist.all_reduce(tensor))
-        if not outcome.ok:
-            break
-        if not torch.allclose(tensor, expected, rtol=1e-5, atol=1e-5):
-            problems.append("an allreduce that returned is wrong")
-        if time.monotonic() > deadline:
-            raise AssertionError("no op failed within 8 s of the kill timer")
-    detect_s = outcome.ended - read_stamp(stamp)
-    if not outcome.is_a("PeerFailureError") or outcome.failed_ranks != (victim,):
-        problems.append(f"expected PeerFailureError naming [{victim}], {outcome.describe()}")
-    if detect_s > KILL_DETECT_BOUND_S:
-        problems.append(f"raised {detect_s:.3f} s after the kill (bound {KILL_DETECT_BOUND_S} s)")
-    for rank in range(ctx.world_size):
-        names = _names_of(int(ctx.store().get(f"pid{rank}")))
-        if names:
-            problems.append(f"rank {rank}'s segment name is in /dev/shm after the kill: {names}")
-    # abort() gives the mappings back at once, not when the group object goes.
-    backend_of(dist.group.WORLD).abort()
-    if _mapped_segments():
-        problems.append(f"segments still mapped after abort(): {sorted(_mapped_segments())}")
-    problems += teardown_leaks(baseline)
-    return {"problems": problems, "detect_s": detect_s}
-
-
 def test_kill_during_shared_memory_ops() -> None:
-    results = run_workers(kill_worker, 3, timeout=60)
-    victim = results[-1]
-    assert victim.exit_code == -signal.SIGKILL, f"the victim did not die by SIGKILL: {victim}"
-    for result in results[:-1]:
-        assert result.ok, f"rank {result.rank}: {result}"
-        assert not result.value["problems"], f"rank {result.rank}: {result.value['problems']}"
+    assert_killed_and_named(run_workers(kill_worker, 3, timeout=60))
 
 
 def stopped_mid_op_worker(ctx: WorkerContext) -> dict[str, Any]:

@@ -1,0 +1,102 @@
+"""Worker-side helpers for the shared-memory tests (test_shared_memory.py,
+test_hierarchical.py): which monarch segments a process maps or left in
+/dev/shm, and a SIGKILL while the ranks loop allreduces that go through them.
+
+Segment names are ``monarch-<pid>-<endpoint>-<channel>``: one per process
+endpoint and group.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import threading
+import time
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+import torch_monarch
+from faults import attempt, backend_of, read_stamp, settled_baseline, signal_self, teardown_leaks
+from multiproc import RankResult, WorkerContext
+from reference import rank_input, reference_reduce
+
+__all__ = [
+    "NUMEL",
+    "SHM_DIR",
+    "assert_killed_and_named",
+    "kill_worker",
+    "mapped_segments",
+    "names_of",
+]
+
+SHM_DIR = "/dev/shm"
+# 4 MB of float32: above Options.shm_min_bytes.
+NUMEL = 1 << 20
+KILL_DETECT_BOUND_S = 0.5
+
+
+def names_of(pid: int) -> list[str]:
+    """Monarch segment names in /dev/shm created by process ``pid``."""
+    return [name for name in os.listdir(SHM_DIR) if name.startswith(f"monarch-{pid}-")]
+
+
+def mapped_segments() -> set[str]:
+    """Paths of the monarch segments this process maps."""
+    with open("/proc/self/maps") as maps:
+        return {line.split(maxsplit=5)[5].strip() for line in maps if "/dev/shm/monarch-" in line}
+
+
+def kill_worker(ctx: WorkerContext) -> dict[str, Any]:
+    """The last rank SIGKILLs itself while every rank loops large allreduces
+    on the default group. Returns the survivor's problems and detection time."""
+    baseline = settled_baseline()
+    victim = ctx.world_size - 1
+    stamp = os.path.join(ctx.tmp_dir, "killed")
+    # Small segments: a 4 MB allreduce takes over a hundred rounds, so the kill lands mid-op.
+    ctx.init("monarch", timeout=timedelta(seconds=10), pg_options=torch_monarch.Options(shm_segment_bytes=64 << 10))
+    ctx.store().set(f"pid{ctx.rank}", str(os.getpid()))
+    inputs = [rank_input(rank, NUMEL, torch.float32, 11) for rank in range(ctx.world_size)]
+    expected = reference_reduce(inputs, "SUM")
+    dist.barrier()
+    if ctx.rank == victim:
+        delay_s = random.uniform(0.05, 0.3)  # picks the injection point; synchronises nothing
+        threading.Timer(delay_s, signal_self, args=(signal.SIGKILL, stamp)).start()
+    problems: list[str] = []
+    deadline = time.monotonic() + 8.0
+    while True:
+        tensor = inputs[ctx.rank].clone()
+        outcome = attempt(lambda: dist.all_reduce(tensor))
+        if not outcome.ok:
+            break
+        if not torch.allclose(tensor, expected, rtol=1e-5, atol=1e-5):
+            problems.append("an allreduce that returned is wrong")
+        if time.monotonic() > deadline:
+            raise AssertionError("no op failed within 8 s of the kill timer")
+    detect_s = outcome.ended - read_stamp(stamp)
+    if not outcome.is_a("PeerFailureError") or outcome.failed_ranks != (victim,):
+        problems.append(f"expected PeerFailureError naming [{victim}], {outcome.describe()}")
+    if detect_s > KILL_DETECT_BOUND_S:
+        problems.append(f"raised {detect_s:.3f} s after the kill (bound {KILL_DETECT_BOUND_S} s)")
+    for rank in range(ctx.world_size):
+        names = names_of(int(ctx.store().get(f"pid{rank}")))
+        if names:
+            problems.append(f"rank {rank}'s segment name is in /dev/shm after the kill: {names}")
+    # abort() gives the mappings back at once, not when the group object goes.
+    backend_of(dist.group.WORLD).abort()
+    if mapped_segments():
+        problems.append(f"segments still mapped after abort(): {sorted(mapped_segments())}")
+    problems += teardown_leaks(baseline)
+    return {"problems": problems, "detect_s": detect_s}
+
+
+def assert_killed_and_named(results: list[RankResult]) -> None:
+    """The last rank died by SIGKILL; every other ran kill_worker without a problem."""
+    victim = results[-1]
+    assert victim.exit_code == -signal.SIGKILL, f"the victim did not die by SIGKILL: {victim}"
+    for result in results[:-1]:
+        assert result.ok, f"rank {result.rank}: {result}"
+        assert not result.value["problems"], f"rank {result.rank}: {result.value['problems']}"
