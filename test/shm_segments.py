@@ -31,6 +31,7 @@ __all__ = [
     "kill_worker",
     "mapped_segments",
     "names_of",
+    "pid_of",
 ]
 
 SHM_DIR = "/dev/shm"
@@ -50,14 +51,21 @@ def mapped_segments() -> set[str]:
         return {line.split(maxsplit=5)[5].strip() for line in maps if "/dev/shm/monarch-" in line}
 
 
-def kill_worker(ctx: WorkerContext) -> dict[str, Any]:
+def pid_of(segment: str) -> int:
+    """The creator's pid from a segment's name or path."""
+    return int(os.path.basename(segment).split("-")[1])
+
+
+def kill_worker(ctx: WorkerContext, layout: str = "") -> dict[str, Any]:
     """The last rank SIGKILLs itself while every rank loops large allreduces
-    on the default group. Returns the survivor's problems and detection time."""
+    on the default group, each rank posing as host ``layout[rank]`` (empty:
+    all on this one). Returns the survivor's problems and detection time."""
     baseline = settled_baseline()
     victim = ctx.world_size - 1
     stamp = os.path.join(ctx.tmp_dir, "killed")
     # Small segments: a 4 MB allreduce takes over a hundred rounds, so the kill lands mid-op.
-    ctx.init("monarch", timeout=timedelta(seconds=10), pg_options=torch_monarch.Options(shm_segment_bytes=64 << 10))
+    options = torch_monarch.Options(shm_segment_bytes=64 << 10, host_name=layout[ctx.rank] if layout else "")
+    ctx.init("monarch", timeout=timedelta(seconds=10), pg_options=options)
     ctx.store().set(f"pid{ctx.rank}", str(os.getpid()))
     inputs = [rank_input(rank, NUMEL, torch.float32, 11) for rank in range(ctx.world_size)]
     expected = reference_reduce(inputs, "SUM")

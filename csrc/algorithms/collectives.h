@@ -23,8 +23,8 @@ struct AlgorithmConfig {
   // Groups up to this size reduce-scatter and allgather large messages
   // all-pairs (one step) instead of around a ring (n-1 steps).
   int directMaxRanks = 8;
-  // Messages of at least this size between ranks that all share one host
-  // go through shared memory (shared_memory.h).
+  // Messages of at least this size among ranks on one host go through
+  // shared memory (shared_memory.h).
   size_t sharedMemoryMinBytes = 256 * 1024;
   // Threads that reduce and copy large messages, the group's worker included.
   int threads = 1;

@@ -2,6 +2,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "algorithms/shared_regions.h"
 
@@ -34,12 +35,30 @@ class Links {
   enum class Workspace { kAlgorithm, kStaging };
   virtual void* workspace(size_t bytes, Workspace slot) = 0;
 
-  // Memory shared with every peer, when all ranks share one host and the
-  // transport allows it; null otherwise. The first call sets it up with the
-  // peers inside the current op, so every rank must make it at the same
-  // point of the same op (the algorithms do, deciding by message size).
-  virtual SharedRegions* sharedRegions() {
+  // The ranks on this rank's host, this one included, in rank order.
+  std::vector<int> ranksOnThisHost() const {
+    std::vector<int> ranks;
+    for (int peer = 0; peer < size(); ++peer) {
+      if (hostOf(peer) == hostOf(rank())) {
+        ranks.push_back(peer);
+      }
+    }
+    return ranks;
+  }
+
+  // Memory shared with the ranks of this rank's host: region i belongs to
+  // the i-th of ranksOnThisHost(). Null when the links cannot share memory
+  // or this rank is alone on its host. The first call sets it up with those
+  // ranks inside the current op, so each of them must make it at the same
+  // point of the same op (the algorithms do, deciding by message size);
+  // ranks on other hosts take no part.
+  virtual SharedRegions* hostRegions() {
     return nullptr;
+  }
+  // Memory shared with every peer: hostRegions() when all ranks share one
+  // host, null otherwise.
+  SharedRegions* sharedRegions() {
+    return static_cast<int>(ranksOnThisHost().size()) == size() ? hostRegions() : nullptr;
   }
 };
 

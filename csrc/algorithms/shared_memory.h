@@ -1,8 +1,9 @@
 #pragma once
 
 // Collectives through memory that every rank of a one-host group maps
-// (Links::sharedRegions): each rank copies its data into its own region
-// once, and the peers read it from there at memory speed, with only
+// (Links::sharedRegions; the group may be one host's ranks of a larger
+// group, as in hierarchical.cc): each rank copies its data into its own
+// region once, and the peers read it from there at memory speed, with only
 // barriers going over the links. Each returns false, having done nothing,
 // when the message is smaller than config.sharedMemoryMinBytes or the group
 // has no shared regions; the caller then runs its link algorithm.

@@ -9,7 +9,8 @@ namespace monarch {
 // The links among some of a group's ranks, as a group of its own: rank i of
 // the subgroup is `members[i]` of the parent. Transfers go through the
 // parent's op, so an algorithm can run phases on different subgroups of one
-// op (hierarchical.cc).
+// op (hierarchical.cc). A subgroup holding all of the parent's ranks on this
+// host shares the parent's memory on it.
 class SubLinks : public Links {
  public:
   SubLinks(Links& parent, std::vector<int> members, int rank)
@@ -38,6 +39,15 @@ class SubLinks : public Links {
   }
   void* workspace(size_t bytes, Workspace slot) override {
     return parent_.workspace(bytes, slot);
+  }
+  // The parent's, when this subgroup holds exactly the parent's ranks on
+  // this host, in the same order (the regions are numbered that way).
+  SharedRegions* hostRegions() override {
+    std::vector<int> onThisHost;
+    for (int rank : ranksOnThisHost()) {
+      onThisHost.push_back(members_[rank]);
+    }
+    return onThisHost == parent_.ranksOnThisHost() ? parent_.hostRegions() : nullptr;
   }
 
  private:

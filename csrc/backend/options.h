@@ -15,7 +15,8 @@ struct BackendOptions {
   std::chrono::milliseconds heartbeatTimeout{std::chrono::seconds(3)};
   bool allowRemoteRead = true; // false: MONARCH_TRANSPORT=tcp
   std::string hostName; // empty: this machine (localHostId)
-  // Shared-memory segment of each rank of a one-host group; 0: none.
+  // Shared-memory segment of each rank that shares its host with others of
+  // its group; 0: none.
   size_t sharedRegionBytes = 8 * 1024 * 1024;
   AlgorithmConfig algorithms;
 };

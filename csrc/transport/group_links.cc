@@ -2,9 +2,11 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
+#include "algorithms/sub_links.h"
 #include "common/op_failure.h"
 
 namespace monarch {
@@ -31,10 +33,8 @@ GroupLinks::GroupLinks(
       recvSteps_(connections_.size(), 0) {
   channel_->bindPeers(connections_);
   channel_->setSignal(signal_);
-  mayShareMemory_ = sharedRegionBytes_ > 0 && size() > 1;
-  for (int peer = 0; peer < size(); ++peer) {
-    mayShareMemory_ = mayShareMemory_ && hostOf(peer) == hostId_;
-  }
+  hostRanks_ = ranksOnThisHost();
+  mayShareMemory_ = sharedRegionBytes_ > 0 && hostRanks_.size() > 1;
 }
 
 void GroupLinks::releaseSharedMemory() {
@@ -42,7 +42,7 @@ void GroupLinks::releaseSharedMemory() {
   segments_.reset();
 }
 
-SharedRegions* GroupLinks::sharedRegions() {
+SharedRegions* GroupLinks::hostRegions() {
   if (segments_) {
     return segments_.get();
   }
@@ -51,14 +51,18 @@ SharedRegions* GroupLinks::sharedRegions() {
   }
   mayShareMemory_ = false;
   std::vector<PeerSegments::Owner> owners;
-  for (int peer = 0; peer < size(); ++peer) {
+  for (int peer : hostRanks_) {
     owners.push_back(
         peer == rank_ ? PeerSegments::Owner{::getpid(), endpointId_}
                       : PeerSegments::Owner{static_cast<pid_t>(connections_[peer]->peer().pid), connections_[peer]->peer().endpointId});
   }
+  // Only this host's ranks take part, numbered by their place in hostRanks_.
+  const auto me = std::find(hostRanks_.begin(), hostRanks_.end(), rank_) - hostRanks_.begin();
+  SubLinks onHost(*this, hostRanks_, static_cast<int>(me));
   segments_ = PeerSegments::setUp(
-      *this, owners, channel_->id(), sharedRegionBytes_,
-      [this](int peer) { throwIfStopped(peer, "waiting in shared memory for", /*timedOut=*/false); });
+      onHost, owners, channel_->id(), sharedRegionBytes_, [this](int onHostRank) {
+        throwIfStopped(hostRanks_[onHostRank], "waiting in shared memory for", /*timedOut=*/false);
+      });
   return segments_.get();
 }
 

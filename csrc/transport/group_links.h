@@ -19,8 +19,8 @@ namespace monarch {
 // point transfers are posted from the caller's thread outside any op.
 class GroupLinks : public Links {
  public:
-  // `sharedRegionBytes` > 0 lets a group whose ranks all share this host
-  // map a segment of that size per rank (sharedRegions()).
+  // `sharedRegionBytes` > 0 lets the group's ranks on this host map a
+  // segment of that size each (hostRegions()).
   GroupLinks(
       int rank,
       uint64_t hostId,
@@ -48,7 +48,7 @@ class GroupLinks : public Links {
   void wait(Handle handle) override;
   void waitAll() override;
   void* workspace(size_t bytes, Workspace slot) override;
-  SharedRegions* sharedRegions() override;
+  SharedRegions* hostRegions() override;
   // Unmaps the shared-memory segments for good; no op may run after it.
   void releaseSharedMemory();
 
@@ -102,8 +102,9 @@ class GroupLinks : public Links {
   // Grow-only scratch, one buffer per Workspace slot.
   std::unique_ptr<char[]> workspaces_[2];
   size_t workspaceBytes_[2] = {0, 0};
-  // Set up at the first op that asks; one attempt per group, so that every
-  // rank gives up alike when it fails.
+  // Set up among hostRanks_ at the first op that asks; one attempt per
+  // group, so that every rank of this host gives up alike when it fails.
+  std::vector<int> hostRanks_;
   bool mayShareMemory_ = false;
   std::unique_ptr<PeerSegments> segments_;
 };

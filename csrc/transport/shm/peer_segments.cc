@@ -108,7 +108,8 @@ std::unique_ptr<PeerSegments> PeerSegments::setUp(
       segments[r]->unlink();
     }
     if (!mapped) {
-      MONARCH_LOG(kWarn) << "rank " << r << ": shared memory unavailable, large payloads go over the links"
+      MONARCH_LOG(kWarn) << "rank " << r << " of " << n
+                         << " on this host: shared memory unavailable, large payloads go over the links"
                          << (error.empty() ? "" : ": " + error);
       return nullptr;
     }

@@ -13,9 +13,9 @@
 
 namespace monarch {
 
-// The shared regions of a group whose ranks all run on one host: this
-// rank's segment and a mapping of every peer's. Each segment starts with a
-// header holding its owner's barrier count, then the region.
+// The shared regions of a group's ranks on one host: this rank's segment
+// and a mapping of every other's. Each segment starts with a header
+// holding its owner's barrier count, then the region.
 class PeerSegments : public SharedRegions {
  public:
   // Who created rank i's segment.
