@@ -167,7 +167,7 @@ def transports(report: GpuReport, rdma: list[RdmaDevice]) -> list[tuple[str, str
         selected.append(
             (
                 "shared memory",
-                f"collectives of {options.shm_min_bytes} bytes or more in groups whose ranks all run on one host: "
+                f"collectives of {options.shm_min_bytes} bytes or more among a group's ranks on one host: "
                 f"a {options.shm_segment_bytes}-byte segment per rank from /dev/shm ({_shm_free()})",
             )
         )

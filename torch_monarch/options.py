@@ -32,11 +32,10 @@ class Options:
             on a loaded host yet turns a hung peer into an error in seconds,
             minutes before any op timeout would.
         transport: "auto" lets processes on one host move large payloads
-            through shared memory: collectives of a group whose ranks all
-            share the host through segments in /dev/shm (see
-            ``shm_min_bytes``), other transfers by a single-copy remote read
-            (process_vm_readv); the rest goes over TCP. "tcp" sends every
-            byte over TCP.
+            through shared memory: collectives among a group's ranks on the
+            host through segments in /dev/shm (see ``shm_min_bytes``), other
+            transfers by a single-copy remote read (process_vm_readv); the
+            rest goes over TCP. "tcp" sends every byte over TCP.
         bind_address: address peers use to reach this process; empty picks
             the address the host name resolves to, else loopback.
         small_message_bytes: messages up to this size use latency-optimal
@@ -59,14 +58,17 @@ class Options:
             (tests, trying out a multi-host layout).
         shm_min_bytes: allreduce, reduce, reduce-scatter, allgather and
             broadcast of at least this many bytes go through shared memory
-            when every rank of the group runs on one host.
-        shm_segment_bytes: the shared-memory segment each rank of such a
-            group maps, at its first op of ``shm_min_bytes`` or more. Larger
-            ops go through it in rounds of half of it. Its name leaves
-            /dev/shm as soon as the peers have mapped it, so nothing is left
-            there when a job ends or is killed; its pages are reserved up
-            front, so a /dev/shm too small for every rank's segment makes
-            the group fall back to its links instead of failing.
+            when every rank of the group runs on one host; across hosts, so
+            do the within-host phases of an allreduce that reduces within
+            each host first.
+        shm_segment_bytes: the shared-memory segment each rank that shares
+            its host with others of the group maps, at the first op that
+            goes through it (``shm_min_bytes`` or more). Larger ops go
+            through it in rounds of half of it. Its name leaves /dev/shm as
+            soon as the peers have mapped it, so nothing is left there when
+            a job ends or is killed; its pages are reserved up front, so a
+            /dev/shm too small for every rank's segment makes the group's
+            ranks on that host fall back to their links instead of failing.
     """
 
     timeout: Optional[timedelta] = None
