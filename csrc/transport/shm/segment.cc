@@ -116,23 +116,20 @@ SharedSegment::~SharedSegment() {
   ::munmap(address_, bytes_);
 }
 
-int removeStaleSegments() {
+void removeStaleSegments() {
   DIR* dir = ::opendir("/dev/shm");
   if (!dir) {
-    return 0;
+    return;
   }
-  int removed = 0;
   while (dirent* entry = ::readdir(dir)) {
     pid_t creator = creatorOf(entry->d_name);
     if (creator > 0 && ::kill(creator, 0) != 0 && errno == ESRCH) {
       MONARCH_LOG(kInfo) << "removing stale shared-memory segment /dev/shm/" << entry->d_name << " (process " << creator
                          << " is gone)";
       SharedSegment::unlinkName(std::string("/") + entry->d_name);
-      ++removed;
     }
   }
   ::closedir(dir);
-  return removed;
 }
 
 } // namespace monarch

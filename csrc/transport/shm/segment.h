@@ -34,9 +34,6 @@ class SharedSegment {
   char* data() const {
     return static_cast<char*>(address_);
   }
-  size_t bytes() const {
-    return bytes_;
-  }
   // Unlinks the name if this process created it and has not yet done so.
   void unlink();
 
@@ -54,8 +51,7 @@ class SharedSegment {
 // and group.
 std::string segmentName(pid_t pid, uint64_t endpointId, uint64_t channelId);
 
-// Removes monarch segments whose creator process no longer exists. Returns
-// how many were removed.
-int removeStaleSegments();
+// Removes monarch segments whose creator process no longer exists.
+void removeStaleSegments();
 
 } // namespace monarch
