@@ -2,12 +2,17 @@
 
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
+#include <c10/util/bit_cast.h>
 
 #include <algorithm>
 #include <complex>
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "algorithms/parallel.h"
 
@@ -59,25 +64,93 @@ void reduceFloat(void* acc, const void* in, size_t count, ReduceKind kind) {
   }
 }
 
+// Half types are reduced in float: a tile of each input is widened, every
+// input is combined into a float accumulator with the float kernels, and the
+// result is rounded to the half type once, at the end. Conversions run in
+// vector registers: bfloat16 by integer shifts, float16 with the F16C
+// instructions where the CPU has them.
+constexpr size_t kHalfTile = 2048;
+
+void widen(float* out, const c10::BFloat16* in, size_t count) {
+  for (size_t i = 0; i < count; ++i) {
+    out[i] = c10::bit_cast<float>(static_cast<uint32_t>(in[i].x) << 16);
+  }
+}
+
+// Round to nearest even, NaN to the canonical quiet NaN: c10::BFloat16(float)
+// without a branch, so that the loop vectorises.
+void narrow(c10::BFloat16* out, const float* in, size_t count) {
+  for (size_t i = 0; i < count; ++i) {
+    const uint32_t bits = c10::bit_cast<uint32_t>(in[i]);
+    const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+    out[i].x = in[i] != in[i] ? uint16_t{0x7fc0} : static_cast<uint16_t>(rounded);
+  }
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx,f16c"))) void widenWithF16c(float* out, const c10::Half* in, size_t count) {
+  size_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i))));
+  }
+  for (; i < count; ++i) {
+    out[i] = _cvtsh_ss(in[i].x);
+  }
+}
+
+__attribute__((target("avx,f16c"))) void narrowWithF16c(c10::Half* out, const float* in, size_t count) {
+  size_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    _mm_storeu_si128(
+        reinterpret_cast<__m128i*>(out + i), _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT));
+  }
+  for (; i < count; ++i) {
+    out[i].x = _cvtss_sh(in[i], _MM_FROUND_TO_NEAREST_INT);
+  }
+}
+
+bool hasF16c() {
+  static const bool has = __builtin_cpu_supports("f16c");
+  return has;
+}
+#endif
+
+void widen(float* out, const c10::Half* in, size_t count) {
+#if defined(__x86_64__)
+  if (hasF16c()) {
+    return widenWithF16c(out, in, count);
+  }
+#endif
+  for (size_t i = 0; i < count; ++i) {
+    out[i] = static_cast<float>(in[i]);
+  }
+}
+
+void narrow(c10::Half* out, const float* in, size_t count) {
+#if defined(__x86_64__)
+  if (hasF16c()) {
+    return narrowWithF16c(out, in, count);
+  }
+#endif
+  for (size_t i = 0; i < count; ++i) {
+    out[i] = c10::Half(in[i]);
+  }
+}
+
+// acc (op)= inputs[j][offset...] for every j, in float, rounded once.
 template <typename Half>
-void reduceHalf(void* acc, const void* in, size_t count, ReduceKind kind) {
-  switch (kind) {
-    case ReduceKind::kSum:
-      return combine<Half>(acc, in, count, [](Half a, Half b) { return Half(float(a) + float(b)); });
-    case ReduceKind::kProduct:
-      return combine<Half>(acc, in, count, [](Half a, Half b) { return Half(float(a) * float(b)); });
-    case ReduceKind::kMin:
-      return combine<Half>(acc, in, count, [](Half a, Half b) {
-        float x = a, y = b;
-        return (y < x || y != y) ? b : a;
-      });
-    case ReduceKind::kMax:
-      return combine<Half>(acc, in, count, [](Half a, Half b) {
-        float x = a, y = b;
-        return (x < y || y != y) ? b : a;
-      });
-    default:
-      throw std::invalid_argument("bitwise reduction on a floating point type");
+void reduceHalves(void* accRaw, const std::vector<const void*>& inputs, size_t offset, size_t count, ReduceKind kind) {
+  Half* acc = static_cast<Half*>(accRaw);
+  float sum[kHalfTile];
+  float next[kHalfTile];
+  for (size_t from = 0; from < count; from += kHalfTile) {
+    const size_t length = std::min(kHalfTile, count - from);
+    widen(sum, acc + from, length);
+    for (const void* in : inputs) {
+      widen(next, static_cast<const Half*>(in) + offset + from, length);
+      reduceFloat<float>(sum, next, length, kind);
+    }
+    narrow(acc + from, sum, length);
   }
 }
 
@@ -123,18 +196,13 @@ void reduceComplex(void* acc, const void* in, size_t count, ReduceKind kind) {
   }
 }
 
-} // namespace
-
-void reduceInto(void* acc, const void* in, size_t count, DataType type, ReduceKind kind) {
+// The native (non-half) types, one input.
+void reduceNative(void* acc, const void* in, size_t count, DataType type, ReduceKind kind) {
   switch (type) {
     case DataType::kFloat32:
       return reduceFloat<float>(acc, in, count, kind);
     case DataType::kFloat64:
       return reduceFloat<double>(acc, in, count, kind);
-    case DataType::kFloat16:
-      return reduceHalf<c10::Half>(acc, in, count, kind);
-    case DataType::kBFloat16:
-      return reduceHalf<c10::BFloat16>(acc, in, count, kind);
     case DataType::kInt8:
       return reduceInteger<int8_t>(acc, in, count, kind);
     case DataType::kUInt8:
@@ -157,10 +225,33 @@ void reduceInto(void* acc, const void* in, size_t count, DataType type, ReduceKi
       return reduceComplex<std::complex<float>>(acc, in, count, kind);
     case DataType::kComplex128:
       return reduceComplex<std::complex<double>>(acc, in, count, kind);
+    case DataType::kFloat16:
+    case DataType::kBFloat16:
     case DataType::kCount:
       break;
   }
   throw std::invalid_argument("reduction on an unknown dtype");
+}
+
+// acc (op)= inputs[j] + offset elements, for every j in turn.
+void reduceTile(
+    void* acc, const std::vector<const void*>& inputs, size_t offset, size_t count, DataType type, ReduceKind kind) {
+  if (type == DataType::kFloat16) {
+    return reduceHalves<c10::Half>(acc, inputs, offset, count, kind);
+  }
+  if (type == DataType::kBFloat16) {
+    return reduceHalves<c10::BFloat16>(acc, inputs, offset, count, kind);
+  }
+  const size_t elem = elementSize(type);
+  for (const void* in : inputs) {
+    reduceNative(acc, static_cast<const char*>(in) + offset * elem, count, type, kind);
+  }
+}
+
+} // namespace
+
+void reduceInto(void* acc, const void* in, size_t count, DataType type, ReduceKind kind) {
+  reduceTile(acc, {in}, 0, count, type, kind);
 }
 
 void reduceAllInto(
@@ -172,9 +263,7 @@ void reduceAllInto(
     for (size_t from = begin; from < end; from += tile) {
       const size_t length = std::min(tile, end - from);
       char* target = static_cast<char*>(acc) + from * elem;
-      for (const void* in : inputs) {
-        reduceInto(target, static_cast<const char*>(in) + from * elem, length, type, kind);
-      }
+      reduceTile(target, inputs, from, length, type, kind);
       if (alsoTo) {
         std::memcpy(static_cast<char*>(alsoTo) + from * elem, target, length * elem);
       }
