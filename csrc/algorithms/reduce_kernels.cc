@@ -69,6 +69,9 @@ void reduceFloat(void* acc, const void* in, size_t count, ReduceKind kind) {
 // result is rounded to the half type once, at the end. Conversions run in
 // vector registers: bfloat16 by integer shifts, float16 with the F16C
 // instructions where the CPU has them.
+
+// Elements per tile: the float accumulator and the widened input (8 KiB
+// each) stay in L1 while the inputs go by.
 constexpr size_t kHalfTile = 2048;
 
 void widen(float* out, const c10::BFloat16* in, size_t count) {
