@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>
+#include <type_traits>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -24,51 +25,52 @@ namespace {
 // tile of acc stays there while every input streams past it.
 constexpr size_t kTileBytes = 16 * 1024;
 
-// Plain loops over __restrict pointers: the compiler vectorises them for the
-// native types. Half types widen to float per element.
-template <typename T, typename Op>
+// Plain loops over __restrict pointers, which the compiler vectorises. The
+// input may be of a narrower type `In` that converts to T on the way in (a
+// bfloat16 input into a float accumulator).
+template <typename T, typename In = T, typename Op>
 void combine(void* accRaw, const void* inRaw, size_t count, Op op) {
   T* __restrict acc = static_cast<T*>(accRaw);
-  const T* __restrict in = static_cast<const T*>(inRaw);
+  const In* __restrict in = static_cast<const In*>(inRaw);
   for (size_t i = 0; i < count; ++i) {
-    acc[i] = op(acc[i], in[i]);
+    acc[i] = op(acc[i], static_cast<T>(in[i]));
   }
 }
 
-template <typename T>
+template <typename T, typename In = T>
 void reduceArithmetic(void* acc, const void* in, size_t count, ReduceKind kind) {
   switch (kind) {
     case ReduceKind::kSum:
-      return combine<T>(acc, in, count, [](T a, T b) { return static_cast<T>(a + b); });
+      return combine<T, In>(acc, in, count, [](T a, T b) { return static_cast<T>(a + b); });
     case ReduceKind::kProduct:
-      return combine<T>(acc, in, count, [](T a, T b) { return static_cast<T>(a * b); });
+      return combine<T, In>(acc, in, count, [](T a, T b) { return static_cast<T>(a * b); });
     case ReduceKind::kMin:
-      return combine<T>(acc, in, count, [](T a, T b) { return b < a ? b : a; });
+      return combine<T, In>(acc, in, count, [](T a, T b) { return b < a ? b : a; });
     case ReduceKind::kMax:
-      return combine<T>(acc, in, count, [](T a, T b) { return a < b ? b : a; });
+      return combine<T, In>(acc, in, count, [](T a, T b) { return a < b ? b : a; });
     default:
       throw std::invalid_argument("bitwise reduction on a floating point type");
   }
 }
 
-template <typename T>
+template <typename T, typename In = T>
 void reduceFloat(void* acc, const void* in, size_t count, ReduceKind kind) {
   // NaN propagates through MIN and MAX, as torch.minimum/maximum do.
   switch (kind) {
     case ReduceKind::kMin:
-      return combine<T>(acc, in, count, [](T a, T b) { return (b < a || b != b) ? b : a; });
+      return combine<T, In>(acc, in, count, [](T a, T b) { return (b < a || b != b) ? b : a; });
     case ReduceKind::kMax:
-      return combine<T>(acc, in, count, [](T a, T b) { return (a < b || b != b) ? b : a; });
+      return combine<T, In>(acc, in, count, [](T a, T b) { return (a < b || b != b) ? b : a; });
     default:
-      return reduceArithmetic<T>(acc, in, count, kind);
+      return reduceArithmetic<T, In>(acc, in, count, kind);
   }
 }
 
-// Half types are reduced in float: a tile of each input is widened, every
-// input is combined into a float accumulator with the float kernels, and the
-// result is rounded to the half type once, at the end. Conversions run in
-// vector registers: bfloat16 by integer shifts, float16 with the F16C
-// instructions where the CPU has them.
+// Half types are reduced in float: every input is combined into a float
+// accumulator with the float kernels, a tile at a time, and the result is
+// rounded to the half type once, at the end. Conversions run in vector
+// registers: bfloat16 by integer shifts as it is read, float16 widened a tile
+// ahead with the F16C instructions where the CPU has them.
 
 // Elements per tile: the float accumulator and the widened input (8 KiB
 // each) stay in L1 while the inputs go by.
@@ -150,8 +152,13 @@ void reduceHalves(void* accRaw, const std::vector<const void*>& inputs, size_t o
     const size_t length = std::min(kHalfTile, count - from);
     widen(sum, acc + from, length);
     for (const void* in : inputs) {
-      widen(next, static_cast<const Half*>(in) + offset + from, length);
-      reduceFloat<float>(sum, next, length, kind);
+      const Half* tile = static_cast<const Half*>(in) + offset + from;
+      if constexpr (std::is_same_v<Half, c10::BFloat16>) {
+        reduceFloat<float, c10::BFloat16>(sum, tile, length, kind); // widened as it is read: a shift
+      } else {
+        widen(next, tile, length);
+        reduceFloat<float>(sum, next, length, kind);
+      }
     }
     narrow(acc + from, sum, length);
   }
