@@ -19,7 +19,8 @@ void reduceInto(void* acc, const void* in, size_t count, DataType type, ReduceKi
 
 // acc (op)= each of `inputs` in turn, tile by tile so that a tile of acc
 // stays in the core's cache while every input is added to it. A non-null
-// `alsoTo` receives a copy of each finished tile.
+// `alsoTo` receives a copy of each finished tile. float16 and bfloat16 are
+// combined in float and rounded once, after the last input.
 void reduceAllInto(
     void* acc, const std::vector<const void*>& inputs, size_t count, DataType type, ReduceKind kind, HelperPool* helpers,
     void* alsoTo = nullptr);
