@@ -1,5 +1,6 @@
 #include "algorithms/reduce_kernels.h"
 
+#include <c10/util/ArrayRef.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 #include <c10/util/bit_cast.h>
@@ -144,10 +145,9 @@ void narrow(c10::Half* out, const float* in, size_t count) {
 
 // acc (op)= inputs[j][offset...] for every j, in float, rounded once.
 template <typename Half>
-void reduceHalves(void* accRaw, const std::vector<const void*>& inputs, size_t offset, size_t count, ReduceKind kind) {
+void reduceHalves(void* accRaw, c10::ArrayRef<const void*> inputs, size_t offset, size_t count, ReduceKind kind) {
   Half* acc = static_cast<Half*>(accRaw);
   float sum[kHalfTile];
-  float next[kHalfTile];
   for (size_t from = 0; from < count; from += kHalfTile) {
     const size_t length = std::min(kHalfTile, count - from);
     widen(sum, acc + from, length);
@@ -156,6 +156,7 @@ void reduceHalves(void* accRaw, const std::vector<const void*>& inputs, size_t o
       if constexpr (std::is_same_v<Half, c10::BFloat16>) {
         reduceFloat<float, c10::BFloat16>(sum, tile, length, kind); // widened as it is read: a shift
       } else {
+        float next[kHalfTile];
         widen(next, tile, length);
         reduceFloat<float>(sum, next, length, kind);
       }
@@ -245,7 +246,7 @@ void reduceNative(void* acc, const void* in, size_t count, DataType type, Reduce
 
 // acc (op)= inputs[j] + offset elements, for every j in turn.
 void reduceTile(
-    void* acc, const std::vector<const void*>& inputs, size_t offset, size_t count, DataType type, ReduceKind kind) {
+    void* acc, c10::ArrayRef<const void*> inputs, size_t offset, size_t count, DataType type, ReduceKind kind) {
   if (type == DataType::kFloat16) {
     return reduceHalves<c10::Half>(acc, inputs, offset, count, kind);
   }
