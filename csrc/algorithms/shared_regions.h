@@ -1,18 +1,23 @@
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 
 namespace monarch {
 
 // Memory that every rank of a one-host group maps: one region per rank, the
 // same size for all, written by its owner and read by the others, and a
 // barrier that meets in that memory. The shared-memory algorithms
-// (shared_memory.cc) run in rounds, each through one half of every region,
+// (shared_memory.cc, shared_allreduce.cc) run in rounds, each through one half of every region,
 // alternating; `rounds` persists across ops so that the alternation goes on
 // from one op to the next.
 class SharedRegions {
  public:
+  // Most tiles a round of the tile-by-tile allreduce may have.
+  static constexpr size_t kMaxTiles = 128;
+
   virtual ~SharedRegions() = default;
 
   virtual size_t bytesPerRegion() const = 0;
@@ -22,6 +27,21 @@ class SharedRegions {
   // OpFailure, like Links::wait, when the group breaks or aborts or the op's
   // deadline passes first.
   virtual void barrier() = 0;
+
+  // Words of the tile-by-tile allreduce (shared_allreduce.cc), zero at first:
+  // `rank`'s mark that it has published `tile`, written by that rank only;
+  // who claimed `tile`, and the mark that it is reduced, written by the
+  // rank that claimed it.
+  virtual std::atomic<uint64_t>& published(int rank, size_t tile) const = 0;
+  virtual std::atomic<uint64_t>& claimed(size_t tile) const = 0;
+  virtual std::atomic<uint64_t>& reduced(size_t tile) const = 0;
+  // Returns `word`'s value once ready(value) holds. Past a short spin it
+  // checks the group between looks and throws OpFailure, as barrier() does,
+  // naming rank waitedOn(value) (-1: no rank in particular).
+  virtual uint64_t await(
+      const std::atomic<uint64_t>& word,
+      const std::function<bool(uint64_t)>& ready,
+      const std::function<int(uint64_t)>& waitedOn) = 0;
 
   uint64_t rounds = 0;
 };

@@ -61,7 +61,8 @@ SharedRegions* GroupLinks::hostRegions() {
   SubLinks onHost(*this, hostRanks_, static_cast<int>(me));
   segments_ = PeerSegments::setUp(
       onHost, owners, channel_->id(), sharedRegionBytes_, [this](int onHostRank) {
-        throwIfStopped(hostRanks_[onHostRank], "waiting in shared memory for", /*timedOut=*/false);
+        throwIfStopped(
+            onHostRank < 0 ? -1 : hostRanks_[onHostRank], "waiting in shared memory for", /*timedOut=*/false);
       });
   return segments_.get();
 }

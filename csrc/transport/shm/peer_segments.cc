@@ -9,18 +9,28 @@
 #include <cstdint>
 #include <ctime>
 #include <string>
+#include <thread>
 
 #include "common/logging.h"
+#include "common/spin.h"
 
 namespace monarch {
 
 namespace {
+
+struct alignas(64) PaddedWord {
+  std::atomic<uint64_t> value;
+};
 
 // Start of every segment. Each field has a cache line of its own: the owner
 // writes `arrivals`, the peers spin on it.
 struct SegmentHeader {
   alignas(64) std::atomic<uint32_t> arrivals; // barriers the owner has entered
   alignas(64) std::atomic<uint32_t> sleepers; // peers in a futex wait on `arrivals`
+  PaddedWord published[SharedRegions::kMaxTiles];
+  // Used in the first rank's segment only, for the whole group.
+  PaddedWord claimed[SharedRegions::kMaxTiles];
+  PaddedWord reduced[SharedRegions::kMaxTiles];
 };
 
 // The region follows the header, cache-line aligned.
@@ -36,6 +46,10 @@ SegmentHeader& headerOf(const SharedSegment& segment) {
 constexpr auto kSpin = std::chrono::microseconds(20);
 // Longest kernel sleep between checks that the group is still healthy.
 constexpr long kSleepNanos = 1000 * 1000;
+// A wait on a tile word yields the core after the spin, and from this long
+// sleeps between looks: a peer that far behind is descheduled or stopped.
+constexpr auto kYield = std::chrono::milliseconds(1);
+constexpr auto kTileSleep = std::chrono::microseconds(100);
 
 void futexWait(std::atomic<uint32_t>* word, uint32_t expected) {
   timespec timeout{0, kSleepNanos};
@@ -44,12 +58,6 @@ void futexWait(std::atomic<uint32_t>* word, uint32_t expected) {
 
 void futexWakeAll(std::atomic<uint32_t>* word) {
   ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
-}
-
-inline void cpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
 }
 
 // Whether `seen` has reached `count`, with the counter wrapping.
@@ -160,6 +168,46 @@ void PeerSegments::awaitArrival(int rank, uint32_t count) {
     theirs.sleepers.fetch_add(1, std::memory_order_seq_cst);
     futexWait(&theirs.arrivals, seen);
     theirs.sleepers.fetch_sub(1, std::memory_order_seq_cst);
+  }
+}
+
+std::atomic<uint64_t>& PeerSegments::published(int rank, size_t tile) const {
+  return headerOf(*segments_[rank]).published[tile].value;
+}
+
+std::atomic<uint64_t>& PeerSegments::claimed(size_t tile) const {
+  return headerOf(*segments_[0]).claimed[tile].value;
+}
+
+std::atomic<uint64_t>& PeerSegments::reduced(size_t tile) const {
+  return headerOf(*segments_[0]).reduced[tile].value;
+}
+
+uint64_t PeerSegments::await(
+    const std::atomic<uint64_t>& word,
+    const std::function<bool(uint64_t)>& ready,
+    const std::function<int(uint64_t)>& waitedOn) {
+  const auto start = std::chrono::steady_clock::now();
+  for (uint32_t spins = 0;; ++spins) {
+    uint64_t seen = word.load(std::memory_order_acquire);
+    if (ready(seen)) {
+      return seen;
+    }
+    if (spins % 64 != 0) {
+      cpuRelax();
+      continue;
+    }
+    const auto waited = std::chrono::steady_clock::now() - start;
+    if (waited < kSpin) {
+      cpuRelax();
+      continue;
+    }
+    checkWhileWaiting_(waitedOn(seen));
+    if (waited < kYield) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(kTileSleep);
+    }
   }
 }
 

@@ -15,7 +15,8 @@ namespace monarch {
 
 // The shared regions of a group's ranks on one host: this rank's segment
 // and a mapping of every other's. Each segment starts with a header
-// holding its owner's barrier count, then the region.
+// holding its owner's barrier count and published tiles (and, in the first
+// rank's, the group's tile claims and reductions), then the region.
 class PeerSegments : public SharedRegions {
  public:
   // Who created rank i's segment.
@@ -23,8 +24,9 @@ class PeerSegments : public SharedRegions {
     pid_t pid;
     uint64_t endpointId;
   };
-  // Called while a barrier waits for `rank`; throws OpFailure when the
-  // group has broken or aborted or the op's deadline has passed.
+  // Called while a barrier waits for `rank` (-1: for no rank in
+  // particular); throws OpFailure when the group has broken or aborted or
+  // the op's deadline has passed.
   using WaitCheck = std::function<void(int rank)>;
 
   // Sets the segments up with the peers inside the current op of `links`:
@@ -42,6 +44,13 @@ class PeerSegments : public SharedRegions {
   }
   char* region(int rank) const override;
   void barrier() override;
+  std::atomic<uint64_t>& published(int rank, size_t tile) const override;
+  std::atomic<uint64_t>& claimed(size_t tile) const override;
+  std::atomic<uint64_t>& reduced(size_t tile) const override;
+  uint64_t await(
+      const std::atomic<uint64_t>& word,
+      const std::function<bool(uint64_t)>& ready,
+      const std::function<int(uint64_t)>& waitedOn) override;
 
  private:
   PeerSegments(int rank, size_t bytesPerRegion, WaitCheck check)
