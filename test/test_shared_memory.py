@@ -18,6 +18,9 @@ large collectives through a segment per rank that every rank maps.
   fd is left.
 - A peer stopped in the middle of a shared-memory op, with heartbeats too
   slow to notice: the op times out with CollectiveTimeoutError naming it.
+- An allreduce's tiles are reduced by whichever thread of whichever rank
+  claims them, always in rank order: every rank and every repeat gets the
+  same float32 bits.
 
 The collective suites (test_reductions.py, test_data_movement.py) cover
 every collective, dtype and op through shared memory (transport "shm").
@@ -103,6 +106,32 @@ def through_segments_worker(ctx: WorkerContext, transport: str) -> tuple[int, li
 def test_collectives_go_through_the_segments(transport: str) -> None:
     reports = run_workers_ok(through_segments_worker, 3, transport, env={"MONARCH_TRANSPORT": transport})
     assert_all_passed(reports, min_checks=7)
+
+
+def rank_order_worker(ctx: WorkerContext) -> tuple[int, list[str]]:
+    check = Checker(ctx.rank)
+    ctx.init("monarch")
+    # Two threads per rank and rounds of 256 KiB: the threads of every rank
+    # take tiles of every round, each tile reduced by whichever claims it.
+    options = torch_monarch.Options(threads=2, shm_segment_bytes=512 << 10)
+    group = dist.new_group(backend="monarch", pg_options=options)
+    numel = (3 << 20) // 4 + 7
+    inputs = [torch.randn(numel, generator=torch.Generator().manual_seed(rank)) for rank in range(ctx.world_size)]
+    in_rank_order = inputs[0].clone()
+    for tensor in inputs[1:]:
+        in_rank_order += tensor
+    for repeat in range(4):
+        tensor = inputs[ctx.rank].clone()
+        dist.all_reduce(tensor, group=group)
+        wrong = int((tensor != in_rank_order).sum())
+        check.true(f"allreduce {repeat} is the rank-order float32 sum, bit for bit", wrong == 0, f"{wrong} elements differ")
+    return check.report()
+
+
+def test_allreduce_sums_in_rank_order_whoever_reduces() -> None:
+    """The same bits on every rank and every run: a tile's sum never depends
+    on which rank's thread reduced it."""
+    assert_all_passed(run_workers_ok(rank_order_worker, 3), min_checks=4)
 
 
 def one_allreduce_worker(ctx: WorkerContext) -> tuple[int, list[str]]:

@@ -10,7 +10,8 @@
 // An op's first barrier goes over the links: its frames carry the op's
 // signature, so ranks that called different ops fail with a mismatch, as
 // they would on the links. The op's later barriers meet in shared memory,
-// which costs microseconds instead of a message round trip per round.
+// which costs microseconds instead of a message round trip per round. (The
+// allreduce, in shared_allreduce.cc, waits tile by tile instead.)
 
 #include "algorithms/shared_memory.h"
 
@@ -18,30 +19,11 @@
 
 #include "algorithms/parallel.h"
 #include "algorithms/reduce_kernels.h"
+#include "algorithms/shared_slots.h"
 
 namespace monarch {
 
 namespace {
-
-constexpr size_t kSlotAlignment = 64;
-// From this size an allreduce copies its results out with streaming stores:
-// the caller's buffer is too large to stay in cache, and skipping the read
-// before each write made 256 MB allreduces 13-23% faster at worlds 4 and 8
-// on the 16-core test machine (64 MB: 0-16%; 16 MB: slower).
-constexpr size_t kStreamingResultBytes = 64 * 1024 * 1024;
-
-SharedRegions* regionsFor(Links& links, size_t bytes, const AlgorithmConfig& config) {
-  return bytes >= config.sharedMemoryMinBytes ? links.sharedRegions() : nullptr;
-}
-
-size_t slotBytes(const SharedRegions& regions) {
-  return regions.bytesPerRegion() / 2 / kSlotAlignment * kSlotAlignment;
-}
-
-// `rank`'s half of its region in the current round.
-char* slotOf(const SharedRegions& regions, int rank) {
-  return regions.region(rank) + (regions.rounds % 2) * slotBytes(regions);
-}
 
 // The barriers of one op: the first over the links, the rest in memory.
 class OpBarrier {
@@ -80,47 +62,6 @@ size_t pieceLength(size_t count, size_t begin, size_t piece) {
 }
 
 } // namespace
-
-bool sharedAllreduce(Links& links, void* data, size_t count, DataType type, ReduceKind kind, const AlgorithmConfig& config) {
-  const size_t elem = elementSize(type);
-  SharedRegions* regions = regionsFor(links, count * elem, config);
-  if (!regions) {
-    return false;
-  }
-  const int n = links.size();
-  const int r = links.rank();
-  const size_t perRound = slotBytes(*regions) / elem;
-  OpBarrier sync(links, *regions);
-  for (size_t begin = 0; begin < count; begin += perRound, ++regions->rounds) {
-    const size_t length = std::min(perRound, count - begin);
-    char* chunk = static_cast<char*>(data) + begin * elem;
-    Partition blocks = Partition::even(length, n);
-    char* mine = slotOf(*regions, r);
-    // Rank r reduces block r for everyone, so its own block r never goes
-    // through shared memory on the way in or out.
-    auto otherBlocks = [&](bool inward) {
-      std::vector<CopySpan> spans;
-      for (int peer = 0; peer < n; ++peer) {
-        if (peer != r) {
-          size_t offset = blocks.offsets[peer] * elem;
-          size_t bytes = blocks.counts[peer] * elem;
-          char* shared = (inward ? mine : slotOf(*regions, peer)) + offset;
-          spans.push_back(inward ? CopySpan{shared, chunk + offset, bytes} : CopySpan{chunk + offset, shared, bytes});
-        }
-      }
-      return spans;
-    };
-    copySpans(otherBlocks(/*inward=*/true), config.helpers);
-    sync();
-    const size_t myOffset = blocks.offsets[r] * elem;
-    reduceAllInto(
-        chunk + myOffset, peerSlotsAt(*regions, n, r, myOffset), blocks.counts[r], type, kind, config.helpers,
-        /*alsoTo=*/mine + myOffset);
-    sync();
-    copySpans(otherBlocks(/*inward=*/false), config.helpers, /*streaming=*/count * elem >= kStreamingResultBytes);
-  }
-  return true;
-}
 
 bool sharedReduceScatter(
     Links& links, void* data, const Partition& blocks, DataType type, ReduceKind kind, const AlgorithmConfig& config) {

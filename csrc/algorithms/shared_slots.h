@@ -1,0 +1,30 @@
+#pragma once
+
+// The slots of the shared-memory collectives (shared_memory.cc,
+// shared_allreduce.cc): each round uses one half of every rank's region,
+// the next round the other.
+
+#include <cstddef>
+
+#include "algorithms/collectives.h"
+
+namespace monarch {
+
+constexpr size_t kSlotAlignment = 64;
+
+// The group's shared regions when a message of `bytes` should go through
+// them, else null.
+inline SharedRegions* regionsFor(Links& links, size_t bytes, const AlgorithmConfig& config) {
+  return bytes >= config.sharedMemoryMinBytes ? links.sharedRegions() : nullptr;
+}
+
+inline size_t slotBytes(const SharedRegions& regions) {
+  return regions.bytesPerRegion() / 2 / kSlotAlignment * kSlotAlignment;
+}
+
+// `rank`'s half of its region in the current round.
+inline char* slotOf(const SharedRegions& regions, int rank) {
+  return regions.region(rank) + (regions.rounds % 2) * slotBytes(regions);
+}
+
+} // namespace monarch
