@@ -17,7 +17,8 @@ large collectives through a segment per rank that every rank maps.
   segments at once, and after destroy_process_group no mapping, thread or
   fd is left.
 - A peer stopped in the middle of a shared-memory op, with heartbeats too
-  slow to notice: the op times out with CollectiveTimeoutError naming it.
+  slow to notice: the op times out with CollectiveTimeoutError naming it,
+  on every survivor (worlds 2 and 3).
 - An allreduce's tiles are reduced by whichever thread of whichever rank
   claims them, always in rank order: every rank and every repeat gets the
   same float32 bits.
@@ -196,33 +197,41 @@ def test_kill_during_shared_memory_ops() -> None:
 
 def stopped_mid_op_worker(ctx: WorkerContext) -> dict[str, Any]:
     ctx.init("monarch", timeout=STUCK_OP_TIMEOUT, pg_options=torch_monarch.Options(shm_segment_bytes=64 << 10))
+    victim = ctx.world_size - 1
     ctx.store().set(f"pid{ctx.rank}", str(os.getpid()))
     tensor = torch.ones(NUMEL)
     dist.barrier()
-    if ctx.rank == 1:
+    if ctx.rank == victim:
         # The random delay picks the injection point; it synchronises nothing.
         threading.Timer(random.uniform(0.05, 0.3), os.kill, args=(os.getpid(), signal.SIGSTOP)).start()
     while True:
         outcome = attempt(lambda: dist.all_reduce(tensor))
         if not outcome.ok:
             break
-    stopped = int(ctx.store().get("pid1"))
-    try:
-        wait_until(lambda: process_state(stopped) == "T", 10, "rank 1 to be stopped")
-        problems = []
-        if not outcome.is_a("CollectiveTimeoutError") or outcome.failed_ranks != (1,):
-            problems.append(f"expected CollectiveTimeoutError naming [1], {outcome.describe()}")
-        bound = STUCK_OP_TIMEOUT.total_seconds() + TIMEOUT_SLACK_S
-        if outcome.elapsed_s > bound:
-            problems.append(f"the op ended after {outcome.elapsed_s:.2f} s (bound {bound} s)")
-    finally:
-        kill_and_wait(stopped)
+    stopped = int(ctx.store().get(f"pid{victim}"))
+    problems = []
+    if not outcome.is_a("CollectiveTimeoutError") or outcome.failed_ranks != (victim,):
+        problems.append(f"expected CollectiveTimeoutError naming [{victim}], {outcome.describe()}")
+    bound = STUCK_OP_TIMEOUT.total_seconds() + TIMEOUT_SLACK_S
+    if outcome.elapsed_s > bound:
+        problems.append(f"the op ended after {outcome.elapsed_s:.2f} s (bound {bound} s)")
+    # The victim dies only once every survivor has its outcome: a survivor
+    # still waiting would see a dead peer instead of a stopped one.
+    ctx.store().set(f"outcome{ctx.rank}", "1")
+    if ctx.rank == 0:
+        try:
+            ctx.store().wait([f"outcome{rank}" for rank in range(victim)], timedelta(seconds=30))
+            wait_until(lambda: process_state(stopped) == "T", 10, f"rank {victim} to be stopped")
+        finally:
+            kill_and_wait(stopped)
     return {"problems": problems, "elapsed_s": outcome.elapsed_s}
 
 
-def test_peer_stopped_mid_op_times_out_naming_it() -> None:
+@pytest.mark.parametrize("world", [2, 3])
+def test_peer_stopped_mid_op_times_out_naming_it(world: int) -> None:
     # Heartbeats far slower than the op timeout: only the op's deadline ends the wait.
-    results = run_workers(stopped_mid_op_worker, 2, timeout=60, env={"MONARCH_HEARTBEAT_TIMEOUT": "60"})
-    assert results[1].exit_code == -signal.SIGKILL, results[1]
-    assert results[0].ok, results[0]
-    assert not results[0].value["problems"], results[0].value["problems"]
+    results = run_workers(stopped_mid_op_worker, world, timeout=60, env={"MONARCH_HEARTBEAT_TIMEOUT": "60"})
+    assert results[-1].exit_code == -signal.SIGKILL, results[-1]
+    for survivor in results[:-1]:
+        assert survivor.ok, survivor
+        assert not survivor.value["problems"], survivor.value["problems"]
