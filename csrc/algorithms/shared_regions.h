@@ -10,9 +10,9 @@ namespace monarch {
 // Memory that every rank of a one-host group maps: one region per rank, the
 // same size for all, written by its owner and read by the others, and a
 // barrier that meets in that memory. The shared-memory algorithms
-// (shared_memory.cc, shared_allreduce.cc) run in rounds, each through one half of every region,
-// alternating; `rounds` persists across ops so that the alternation goes on
-// from one op to the next.
+// (shared_memory.cc, shared_allreduce.cc) run in rounds, each through one
+// half of every region, alternating; `rounds` persists across ops so that
+// the alternation goes on from one op to the next.
 class SharedRegions {
  public:
   // Most tiles a round of the tile-by-tile allreduce may have.

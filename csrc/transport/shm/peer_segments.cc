@@ -60,6 +60,30 @@ void futexWakeAll(std::atomic<uint32_t>* word) {
   ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
+// Returns `word`'s value once ready(value) holds. Spins for kSpin, reading
+// the clock every 64 looks; past that, calls pause(value, time waited) on
+// every 64th look: it checks the group and blocks or yields a while.
+template <typename T, typename Ready, typename Pause>
+T pollUntil(const std::atomic<T>& word, const Ready& ready, const Pause& pause) {
+  const auto start = std::chrono::steady_clock::now();
+  for (uint32_t spins = 0;; ++spins) {
+    const T seen = word.load(std::memory_order_acquire);
+    if (ready(seen)) {
+      return seen;
+    }
+    if (spins % 64 != 0) {
+      cpuRelax();
+      continue;
+    }
+    const auto waited = std::chrono::steady_clock::now() - start;
+    if (waited < kSpin) {
+      cpuRelax();
+      continue;
+    }
+    pause(seen, waited);
+  }
+}
+
 // Whether `seen` has reached `count`, with the counter wrapping.
 inline bool reached(uint32_t seen, uint32_t count) {
   return static_cast<int32_t>(seen - count) >= 0;
@@ -154,21 +178,14 @@ void PeerSegments::barrier() {
 
 void PeerSegments::awaitArrival(int rank, uint32_t count) {
   SegmentHeader& theirs = headerOf(*segments_[rank]);
-  const auto spinUntil = std::chrono::steady_clock::now() + kSpin;
-  for (uint32_t spins = 0;; ++spins) {
-    uint32_t seen = theirs.arrivals.load(std::memory_order_acquire);
-    if (reached(seen, count)) {
-      return;
-    }
-    if (spins % 64 != 0 || std::chrono::steady_clock::now() < spinUntil) {
-      cpuRelax();
-      continue;
-    }
-    checkWhileWaiting_(rank);
-    theirs.sleepers.fetch_add(1, std::memory_order_seq_cst);
-    futexWait(&theirs.arrivals, seen);
-    theirs.sleepers.fetch_sub(1, std::memory_order_seq_cst);
-  }
+  pollUntil(
+      theirs.arrivals, [count](uint32_t seen) { return reached(seen, count); },
+      [&](uint32_t seen, std::chrono::steady_clock::duration) {
+        checkWhileWaiting_(rank);
+        theirs.sleepers.fetch_add(1, std::memory_order_seq_cst);
+        futexWait(&theirs.arrivals, seen);
+        theirs.sleepers.fetch_sub(1, std::memory_order_seq_cst);
+      });
 }
 
 std::atomic<uint64_t>& PeerSegments::published(int rank, size_t tile) const {
@@ -187,28 +204,14 @@ uint64_t PeerSegments::await(
     const std::atomic<uint64_t>& word,
     const std::function<bool(uint64_t)>& ready,
     const std::function<int(uint64_t)>& waitedOn) {
-  const auto start = std::chrono::steady_clock::now();
-  for (uint32_t spins = 0;; ++spins) {
-    uint64_t seen = word.load(std::memory_order_acquire);
-    if (ready(seen)) {
-      return seen;
-    }
-    if (spins % 64 != 0) {
-      cpuRelax();
-      continue;
-    }
-    const auto waited = std::chrono::steady_clock::now() - start;
-    if (waited < kSpin) {
-      cpuRelax();
-      continue;
-    }
+  return pollUntil(word, ready, [&](uint64_t seen, std::chrono::steady_clock::duration waited) {
     checkWhileWaiting_(waitedOn(seen));
     if (waited < kYield) {
       std::this_thread::yield();
     } else {
       std::this_thread::sleep_for(kTileSleep);
     }
-  }
+  });
 }
 
 } // namespace monarch
