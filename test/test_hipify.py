@@ -88,8 +88,6 @@ class TestHipifiedGolden(expecttest.TestCase):
         self.assertExpectedInline(
             _summary(*_hipify_once()),
             """\
-gpu/bindings.cc (unchanged)
-gpu/bindings.h (unchanged)
 gpu/communicator.cc -> gpu/communicator_hip.cc
   -#include "gpu/communicator.h"
   -
@@ -144,8 +142,6 @@ gpu/device_backend.cc -> gpu/device_backend_hip.cc
   +#include "gpu/nccl_backend_hip.h"
   +#include "gpu/nccl_library_hip.h"
 gpu/device_backend.h (unchanged)
-gpu/device_dispatch.cc (unchanged)
-gpu/device_dispatch.h (unchanged)
 gpu/driver_api.cc -> gpu/driver_api_hip.cc
   -#include "gpu/driver_api.h"
   +#include "gpu/driver_api_hip.h"

@@ -2,9 +2,9 @@
 // arguments on the caller's thread, stage the data into contiguous buffers,
 // and enqueue the algorithm for the worker thread.
 
-#include "backend/collective_args.h"
 #include "backend/monarch_backend.h"
-#include "backend/tensor_args.h"
+#include "contract/collective_args.h"
+#include "contract/tensor_args.h"
 
 namespace monarch {
 

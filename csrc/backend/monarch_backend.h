@@ -11,10 +11,10 @@
 #include <mutex>
 #include <thread>
 
+#include "backend/device_dispatch.h"
 #include "backend/options.h"
 #include "backend/work.h"
 #include "common/helper_pool.h"
-#include "gpu/device_dispatch.h"
 #include "transport/fabric.h"
 #include "transport/group_links.h"
 

@@ -3,7 +3,7 @@
 // so a pending recv never holds up the collectives behind it.
 
 #include "backend/monarch_backend.h"
-#include "backend/tensor_args.h"
+#include "contract/tensor_args.h"
 
 namespace monarch {
 

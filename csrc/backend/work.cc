@@ -1,6 +1,6 @@
 #include "backend/work.h"
 
-#include "backend/errors.h"
+#include "contract/errors.h"
 
 namespace monarch {
 

@@ -7,8 +7,8 @@
 #include <future>
 #include <thread>
 
-#include "backend/errors.h"
 #include "common/logging.h"
+#include "contract/errors.h"
 #include "gpu/compat.h"
 
 namespace monarch::gpu {

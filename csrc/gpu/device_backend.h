@@ -1,32 +1,19 @@
 #pragma once
 
-// The seam between the host backend and the GPU layer. Compiled in every
-// build: GPU builds define these in device_backend.cc (NCCL/RCCL), the CPU
-// build in cpu_stub.cc, which says that it was built without GPU support.
+// The GPU layer's entry point, the one header of csrc/gpu/ the host backend
+// (backend/device_dispatch.h) includes. GPU builds define these in
+// device_backend.cc (NCCL/RCCL), the CPU build in cpu_stub.cc, which says
+// that it was built without GPU support.
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
-#include <torch/csrc/distributed/c10d/Store.hpp>
 
-#include <chrono>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "contract/device_group.h"
+
 namespace monarch::gpu {
-
-// What a device backend needs to rendezvous: a store private to it, the
-// membership and the default op timeout.
-struct DeviceGroup {
-  c10::intrusive_ptr<c10d::Store> store;
-  int rank = 0;
-  int size = 0;
-  std::string name;
-  std::chrono::milliseconds timeout{std::chrono::minutes(30)};
-};
-
-// The group of the survivors after `excluded` (ranks of `parent`) leave,
-// with a store prefix unique to the `generation`-th shrink of the parent.
-DeviceGroup shrunkGroup(const DeviceGroup& parent, const std::vector<int64_t>& excluded, uint64_t generation);
 
 // The backend for the CUDA tensors of one group. Creating it is cheap and
 // collective-free; communicators are made on first use, per device.

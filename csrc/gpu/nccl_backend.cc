@@ -9,8 +9,8 @@
 
 #include <thread>
 
-#include "backend/errors.h"
 #include "common/logging.h"
+#include "contract/errors.h"
 #include "gpu/compat.h"
 
 namespace monarch::gpu {

@@ -8,8 +8,8 @@
 
 #include <c10/cuda/CUDAFunctions.h>
 
-#include "backend/collective_args.h"
-#include "backend/tensor_args.h"
+#include "contract/collective_args.h"
+#include "contract/tensor_args.h"
 #include "gpu/compat.h"
 #include "gpu/nccl_backend.h"
 

@@ -4,7 +4,7 @@
 
 #include <thread>
 
-#include "backend/errors.h"
+#include "contract/errors.h"
 
 namespace monarch::gpu {
 

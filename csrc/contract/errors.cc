@@ -1,4 +1,4 @@
-#include "backend/errors.h"
+#include "contract/errors.h"
 
 namespace monarch {
 

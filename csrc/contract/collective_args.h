@@ -2,7 +2,7 @@
 
 // The argument contract of each c10d collective that does not depend on where
 // the tensors live: list lengths, dtypes and element counts. The host backend
-// (collective_ops.cc) and the GPU backend (csrc/gpu/nccl_collectives.cc) both
+// (backend/collective_ops.cc) and the GPU backend (gpu/nccl_collectives.cc) both
 // check with these, passing their own check of one tensor against another
 // (same device kind, dtype and count), so both raise the same errors.
 

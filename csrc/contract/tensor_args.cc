@@ -1,6 +1,6 @@
-#include "backend/tensor_args.h"
+#include "contract/tensor_args.h"
 
-#include "backend/collective_args.h"
+#include "contract/collective_args.h"
 
 #include <c10/util/Exception.h>
 

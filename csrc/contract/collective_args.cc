@@ -1,4 +1,4 @@
-#include "backend/collective_args.h"
+#include "contract/collective_args.h"
 
 #include <string>
 
