@@ -2,8 +2,9 @@
 
 All subclass ``torch.distributed.DistBackendError``, so code written for
 NCCL or Gloo errors keeps working; ``.failed_ranks`` names the group ranks
-involved. The C++ backend raises these types directly (see
-csrc/python/bindings.cc).
+involved. The C++ backend raises these types directly: the table of failure
+kinds in csrc/common/status.h (``MONARCH_ERROR_KINDS``) names the class of
+each kind, and ``error_from_info`` looks kinds up in the same table.
 """
 
 from __future__ import annotations
@@ -55,16 +56,6 @@ class ProtocolError(MonarchError):
     """Corrupt or unexpected bytes on a link."""
 
 
-# Kind names as MonarchBackend.error_info() reports them (csrc/common/status.cc).
-_KIND_TO_CLASS: dict[str, type[MonarchError]] = {
-    "peer failure": PeerFailureError,
-    "timeout": CollectiveTimeoutError,
-    "aborted": AbortedError,
-    "collective mismatch": CollectiveMismatchError,
-    "protocol error": ProtocolError,
-}
-
-
 def error_from_info(info: Optional[tuple[str, Sequence[int], str]]) -> Optional[MonarchError]:
     """The typed error for a backend's ``error_info()``; None while it is healthy.
 
@@ -72,5 +63,14 @@ def error_from_info(info: Optional[tuple[str, Sequence[int], str]]) -> Optional[
     """
     if info is None:
         return None
+    # Loaded already: the info came from one of its backends.
+    from torch_monarch import _C
+
     kind, ranks, message = info
-    return _KIND_TO_CLASS.get(kind, MonarchError)(message, ranks)
+    return _error_class(_C.ERROR_CLASSES.get(kind, MonarchError.__name__))(message, ranks)
+
+
+def _error_class(name: str) -> type[MonarchError]:
+    """The class the C++ table of failure kinds names ``name``; ``MonarchError`` if none."""
+    classes = {c.__name__: c for c in (MonarchError, *MonarchError.__subclasses__())}
+    return classes.get(name, MonarchError)

@@ -4,22 +4,42 @@
 
 namespace monarch {
 
-const char* errorKindName(ErrorKind kind) {
+namespace {
+
+struct KindNames {
+  const char* name;
+  const char* pythonClass;
+};
+
+KindNames namesOf(ErrorKind kind) {
   switch (kind) {
-    case ErrorKind::kNone:
-      return "ok";
-    case ErrorKind::kPeerFailure:
-      return "peer failure";
-    case ErrorKind::kTimeout:
-      return "timeout";
-    case ErrorKind::kAborted:
-      return "aborted";
-    case ErrorKind::kMismatch:
-      return "collective mismatch";
-    case ErrorKind::kProtocol:
-      return "protocol error";
+#define MONARCH_ERROR_KIND_NAMES(kind, value, name, pythonClass) \
+  case ErrorKind::kind:                                          \
+    return {name, pythonClass};
+    MONARCH_ERROR_KINDS(MONARCH_ERROR_KIND_NAMES)
+#undef MONARCH_ERROR_KIND_NAMES
   }
-  return "unknown";
+  return {"unknown", "MonarchError"};
+}
+
+} // namespace
+
+const char* errorKindName(ErrorKind kind) {
+  return namesOf(kind).name;
+}
+
+const char* errorClassName(ErrorKind kind) {
+  return namesOf(kind).pythonClass;
+}
+
+bool isFailureKind(uint8_t value) {
+  switch (value) {
+#define MONARCH_ERROR_KIND_VALUE(kind, value, name, pythonClass) case value:
+    MONARCH_ERROR_KINDS(MONARCH_ERROR_KIND_VALUE)
+#undef MONARCH_ERROR_KIND_VALUE
+    return value != static_cast<uint8_t>(ErrorKind::kNone);
+  }
+  return false;
 }
 
 std::string formatRanks(const std::vector<int>& ranks) {

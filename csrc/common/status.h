@@ -6,19 +6,30 @@
 
 namespace monarch {
 
-// What went wrong with an op. Mirrors the Python exception hierarchy in
-// torch_monarch/errors.py; the numeric values travel on the wire in error
-// notices, so never renumber them.
+// The one table of failure kinds: X(enumerator, wire value, display name,
+// torch_monarch.errors class). The enum, errorKindName(), the exception the
+// binding raises and errors.py's lookup of error_info() kinds all come from
+// it. The values travel on the wire in error notices, so never renumber them.
+#define MONARCH_ERROR_KINDS(X)                                                                  \
+  X(kNone, 0, "ok", "MonarchError") /* never raised */                                          \
+  X(kPeerFailure, 1, "peer failure", "PeerFailureError") /* a peer died, hung or its link broke */ \
+  X(kTimeout, 2, "timeout", "CollectiveTimeoutError") /* not finished within its timeout */      \
+  X(kAborted, 3, "aborted", "AbortedError") /* abort() was called on this group */               \
+  X(kMismatch, 4, "collective mismatch", "CollectiveMismatchError") /* op, dtype, count, root */ \
+  X(kProtocol, 5, "protocol error", "ProtocolError") /* corrupt or unexpected bytes on a link */
+
 enum class ErrorKind : uint8_t {
-  kNone = 0,
-  kPeerFailure = 1, // a peer process died, hung or its link broke
-  kTimeout = 2, // the op did not finish within its timeout
-  kAborted = 3, // abort() was called on this group
-  kMismatch = 4, // ranks disagreed on the op, dtype, count or root
-  kProtocol = 5, // corrupt or unexpected bytes on a link
+#define MONARCH_ERROR_KIND_ENUMERATOR(kind, value, name, pythonClass) kind = value,
+  MONARCH_ERROR_KINDS(MONARCH_ERROR_KIND_ENUMERATOR)
+#undef MONARCH_ERROR_KIND_ENUMERATOR
 };
 
+// "peer failure", ... as error_info() and messages show them.
 const char* errorKindName(ErrorKind kind);
+// The torch_monarch.errors class raised for `kind`.
+const char* errorClassName(ErrorKind kind);
+// Whether a byte from the wire names a failure: a kind of the table but kNone.
+bool isFailureKind(uint8_t value);
 
 // The outcome of an op or of one transfer. Ranks are group ranks.
 struct Status {

@@ -194,10 +194,10 @@ Status decodeNotice(const std::string& payload) {
   if (payload.size() < 1 + sizeof(uint32_t)) {
     return corrupt;
   }
-  auto kind = static_cast<ErrorKind>(payload[0]);
-  if (kind == ErrorKind::kNone || kind > ErrorKind::kProtocol) {
+  if (!isFailureKind(static_cast<uint8_t>(payload[0]))) {
     return corrupt;
   }
+  auto kind = static_cast<ErrorKind>(payload[0]);
   uint32_t nranks;
   std::memcpy(&nranks, payload.data() + 1, sizeof(nranks));
   size_t offset = 1 + sizeof(nranks);
