@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from datetime import timedelta
 from typing import Any, Optional
@@ -30,34 +31,23 @@ def new_backend(
 
     Blocks until every rank of the group has connected through ``store`` (or
     ``timeout`` passes). ``options`` get their ``MONARCH_*`` environment
-    overrides applied here; ``options.timeout``, when set, wins over ``timeout``.
+    overrides applied here; ``MONARCH_TIMEOUT`` or ``options.timeout``, when
+    set, wins over ``timeout`` (the precedence in ``torch_monarch.options``).
     The returned ``torch_monarch._C.MonarchBackend`` is a ``c10d.Backend``.
     """
     resolved = (options if options is not None else Options()).with_env_overrides()
-    op_timeout = resolved.timeout if resolved.timeout is not None else timeout
+    resolved = dataclasses.replace(
+        resolved,
+        timeout=resolved.timeout if resolved.timeout is not None else timeout,
+        # As many threads as torch gives an op of this process, so that monarch
+        # never oversubscribes what the launcher set (torchrun: OMP_NUM_THREADS).
+        threads=resolved.threads if resolved.threads is not None else torch.get_num_threads(),
+    )
     # The extension is loaded only now, so that `import torch` stays cheap.
     from torch_monarch import _C
 
     logger.debug("creating monarch group %s rank %d/%d", group_name, rank, size)
-    return _C.create_backend(
-        store=store,
-        rank=rank,
-        size=size,
-        group_name=group_name,
-        timeout=op_timeout,
-        heartbeat_timeout=resolved.heartbeat_timeout,
-        transport=resolved.transport,
-        bind_address=resolved.bind_address,
-        small_message_bytes=resolved.small_message_bytes,
-        chunk_bytes=resolved.chunk_bytes,
-        direct_max_ranks=resolved.direct_max_ranks,
-        # As many threads as torch gives an op of this process, so that monarch
-        # never oversubscribes what the launcher set (torchrun: OMP_NUM_THREADS).
-        threads=resolved.threads if resolved.threads is not None else torch.get_num_threads(),
-        host_name=resolved.host_name,
-        shm_min_bytes=resolved.shm_min_bytes,
-        shm_segment_bytes=resolved.shm_segment_bytes,
-    )
+    return _C.create_backend(store=store, rank=rank, size=size, group_name=group_name, options=resolved)
 
 
 def _create_backend(dist_options: Any, pg_options: Optional[Options]) -> Any:

@@ -1,17 +1,36 @@
 """Configuration of monarch process groups.
 
 Every field can be overridden from the environment by ``MONARCH_<FIELD>``
-(upper case), which wins over the value set in code, so that a launcher can
-tune a job without touching the training script.
+(upper case; durations in seconds, e.g. ``MONARCH_HEARTBEAT_TIMEOUT=1.5``),
+which wins over the value set in code, so that a launcher can tune a job
+without touching the training script (``torch_monarch._env`` reads them).
+
+Precedence of a setting, highest first:
+
+1. a call at run time: ``set_timeout()`` on a group's backend or on
+   ``ProcessGroupMonarch`` (TorchFT's Manager calls it) sets the op timeout
+   of the ops that start after it;
+2. the ``MONARCH_<FIELD>`` environment variable;
+3. the ``Options`` field set in code (``pg_options=``, ``options=``);
+4. the group's own argument, for the op timeout only:
+   ``init_process_group(timeout=)``, ``new_group(timeout=)`` or
+   ``ProcessGroupMonarch(timeout=)``; then the field's default.
+
+Adding an option: a field here (type, default, a line in the docstring and
+in ``validate``), the member of the same name in camelCase and its line in
+``BackendOptions::forEachField`` (csrc/backend/options.h), and the C++ code
+that uses it. The environment override, the binding and the check that
+both sides list the same fields (test/test_options.py) follow from those.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Optional
+from typing import Optional, Union
+
+from torch_monarch._env import with_env_overrides
 
 __all__ = ["Options"]
 
@@ -26,16 +45,17 @@ class Options:
 
     Attributes:
         timeout: per-op timeout; ``None`` takes the group's timeout.
-        heartbeat_timeout: seconds of silence after which a peer is declared
-            failed (dead, stopped, deadlocked or cut off). Heartbeats go out
-            every fifth of it. The default of 3 s rides out scheduler stalls
-            on a loaded host yet turns a hung peer into an error in seconds,
-            minutes before any op timeout would.
+        heartbeat_timeout: silence after which a peer is declared failed
+            (dead, stopped, deadlocked or cut off); a number is read as
+            seconds. Heartbeats go out every fifth of it. The default of 3 s
+            rides out scheduler stalls on a loaded host yet turns a hung peer
+            into an error in seconds, minutes before any op timeout would.
         transport: "auto" lets processes on one host move large payloads
             through shared memory: collectives among a group's ranks on the
             host through segments in /dev/shm (see ``shm_min_bytes``), other
             transfers by a single-copy remote read (process_vm_readv); the
-            rest goes over TCP. "tcp" sends every byte over TCP.
+            rest goes over TCP. "tcp" sends every byte over TCP (no shared
+            memory of either kind).
         bind_address: address peers use to reach this process; empty picks
             the address the host name resolves to, else loopback.
         small_message_bytes: messages up to this size use latency-optimal
@@ -72,7 +92,7 @@ class Options:
     """
 
     timeout: Optional[timedelta] = None
-    heartbeat_timeout: float = 3.0
+    heartbeat_timeout: timedelta = timedelta(seconds=3)
     transport: str = "auto"
     bind_address: str = ""
     small_message_bytes: int = 64 * 1024
@@ -83,22 +103,21 @@ class Options:
     shm_min_bytes: int = 256 * 1024
     shm_segment_bytes: int = 8 * 1024 * 1024
 
+    def __post_init__(self) -> None:
+        # Numbers of seconds, as these fields took before they were timedeltas.
+        self.timeout = _duration(self.timeout) if self.timeout is not None else None
+        self.heartbeat_timeout = _duration(self.heartbeat_timeout)
+
     def with_env_overrides(self) -> "Options":
-        """Returns a copy with ``MONARCH_*`` environment variables applied."""
-        updates: dict[str, object] = {}
-        for field in dataclasses.fields(self):
-            raw = os.environ.get(f"MONARCH_{field.name.upper()}")
-            if raw is None or raw == "":
-                continue
-            updates[field.name] = _parse(field.name, raw)
-        resolved = dataclasses.replace(self, **updates)
+        """Returns a validated copy with ``MONARCH_*`` environment variables applied."""
+        resolved = with_env_overrides(self, "MONARCH_")
         resolved.validate()
         return resolved
 
     def validate(self) -> None:
         if self.timeout is not None and self.timeout.total_seconds() <= 0:
             raise ValueError(f"Options.timeout must be positive, got {self.timeout}")
-        if self.heartbeat_timeout <= 0:
+        if self.heartbeat_timeout.total_seconds() <= 0:
             raise ValueError(f"Options.heartbeat_timeout must be positive, got {self.heartbeat_timeout}")
         if self.transport not in ("auto", "tcp"):
             raise ValueError(f"Options.transport must be 'auto' or 'tcp', got {self.transport!r}")
@@ -118,14 +137,9 @@ class Options:
             raise ValueError(f"Options.direct_max_ranks must be >= 0, got {self.direct_max_ranks}")
 
 
-def _parse(name: str, raw: str) -> object:
-    try:
-        if name == "timeout":
-            return timedelta(seconds=float(raw))
-        if name.endswith("_bytes") or name in ("direct_max_ranks", "threads"):
-            return int(raw)
-        if name == "heartbeat_timeout":
-            return float(raw)
-        return raw
-    except ValueError as e:
-        raise ValueError(f"MONARCH_{name.upper()}={raw!r} is not a valid value for Options.{name}") from e
+def _duration(value: Union[timedelta, float, int]) -> timedelta:
+    if isinstance(value, timedelta):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return timedelta(seconds=value)
+    raise TypeError(f"a duration must be a timedelta or a number of seconds, got {value!r}")

@@ -20,7 +20,7 @@ What it does differently from TorchFT's own groups:
   the group's, and reduce_scatter / reduce_scatter_tensor_coalesced work on
   CPU tensors.
 
-Requires ``torchft`` (``pip install torch_monarch[test]`` or ``torchft``).
+Requires ``torchft`` (``pip install 'torch_monarch[ft]'``).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ try:
     from torchft.process_group import ProcessGroup
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError(
-        "torch_monarch.torchft needs TorchFT: pip install torchft (or torch_monarch[test])"
+        "torch_monarch.torchft needs TorchFT: pip install 'torch_monarch[ft]'"
     ) from e
 
 from torch_monarch._store_client import StoreClients
@@ -69,11 +69,17 @@ class ProcessGroupMonarch(ProcessGroup):
     """A reconfigurable, fault-tolerant TorchFT process group on monarch.
 
     Args:
-        timeout: default timeout of every op, and of the rendezvous in
-            ``configure()`` (store connection and waiting for peers).
-        options: further monarch settings (heartbeat timeout, bind address,
-            algorithm thresholds). ``MONARCH_*`` environment variables apply
-            on top, as for ``init_process_group(backend="monarch")``.
+        timeout: timeout of the rendezvous in ``configure()`` (store
+            connection and waiting for peers), and the op timeout unless
+            ``MONARCH_TIMEOUT`` or ``options.timeout`` sets one.
+        options: further monarch settings (op and heartbeat timeouts, bind
+            address, algorithm thresholds). ``MONARCH_*`` environment
+            variables apply on top, as for
+            ``init_process_group(backend="monarch")``.
+
+    ``set_timeout()`` wins over all of these for the ops after it, in this
+    group and in every later configure's (the precedence documented in
+    ``torch_monarch.options``).
 
     Each instance owns its own endpoint, so several ranks of one group may
     live in one process (on threads).
@@ -86,6 +92,8 @@ class ProcessGroupMonarch(ProcessGroup):
     ) -> None:
         super().__init__(0, 1)
         self._timeout: timedelta = timeout
+        # Set by set_timeout(): the op timeout of every group from then on.
+        self._op_timeout: Optional[timedelta] = None
         self._options: Optional[Options] = options
         # Guards the fields below; never held across a blocking call.
         self._lock = threading.Lock()
@@ -148,6 +156,7 @@ class ProcessGroupMonarch(ProcessGroup):
             self._group_world_size = group_world_size
             self._global_ranks = global_ranks
             timeout = self._timeout
+            op_timeout = self._op_timeout
 
         if dropped is not None:
             logger.warning("dropping the endpoint after %d failed configures", self._failed_reconfigures)
@@ -162,8 +171,9 @@ class ProcessGroupMonarch(ProcessGroup):
                 backend = previous.reconfigure(store, rank, world_size, group_name)
             else:
                 backend = new_backend(store, rank, world_size, group_name, timeout, self._options)
-            # A timeout set since the previous group was made applies here too.
-            backend.set_timeout(timeout)
+            if op_timeout is not None:
+                # set_timeout() applies to this group as to the previous one.
+                backend.set_timeout(op_timeout)
             pg = _wrap_backend(store, rank, world_size, backend)
         except Exception as e:
             error = _configure_error(e, store_addr, rank, world_size, quorum_id, reused)
@@ -226,10 +236,12 @@ class ProcessGroupMonarch(ProcessGroup):
         return error_from_info(backend.error_info())
 
     def set_timeout(self, timeout: timedelta) -> None:
-        """Sets the default op timeout; ops started from now on use it, and so
-        does the next configure's rendezvous."""
+        """Sets the op timeout, over ``options.timeout`` and ``MONARCH_TIMEOUT``:
+        ops started from now on use it, in this group and in those of later
+        configures, and so does the next configure's rendezvous."""
         with self._lock:
             self._timeout = timeout
+            self._op_timeout = timeout
             backend = self._backend
         if backend is not None:
             backend.set_timeout(timeout)

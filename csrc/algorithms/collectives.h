@@ -25,7 +25,7 @@ struct AlgorithmConfig {
   int directMaxRanks = 8;
   // Messages of at least this size among ranks on one host go through
   // shared memory (shared_memory.h).
-  size_t sharedMemoryMinBytes = 256 * 1024;
+  size_t shmMinBytes = 256 * 1024;
   // Threads that reduce and copy large messages, the group's worker included.
   int threads = 1;
   // Those threads but the worker, owned by the group (null: none).

@@ -5,7 +5,7 @@
 // group, as in hierarchical.cc): each rank copies its data into its own
 // region once, and the peers read it from there at memory speed, with only
 // barriers going over the links. Each returns false, having done nothing,
-// when the message is smaller than config.sharedMemoryMinBytes or the group
+// when the message is smaller than config.shmMinBytes or the group
 // has no shared regions; the caller then runs its link algorithm.
 
 #include "algorithms/collectives.h"

@@ -15,7 +15,7 @@ constexpr size_t kSlotAlignment = 64;
 // The group's shared regions when a message of `bytes` should go through
 // them, else null.
 inline SharedRegions* regionsFor(Links& links, size_t bytes, const AlgorithmConfig& config) {
-  return bytes >= config.sharedMemoryMinBytes ? links.sharedRegions() : nullptr;
+  return bytes >= config.shmMinBytes ? links.sharedRegions() : nullptr;
 }
 
 inline size_t slotBytes(const SharedRegions& regions) {

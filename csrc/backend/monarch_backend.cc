@@ -6,10 +6,10 @@
 
 #include <algorithm>
 
-#include "backend/errors.h"
 #include "backend/store_adapter.h"
 #include "common/logging.h"
 #include "common/op_failure.h"
+#include "contract/errors.h"
 #include "transport/remote_read.h"
 #include "transport/wire.h"
 
@@ -24,7 +24,7 @@ c10::intrusive_ptr<MonarchBackend> MonarchBackend::join(
   FabricOptions fabricOptions;
   fabricOptions.bindAddress = options.bindAddress.empty() ? defaultBindAddress() : options.bindAddress;
   fabricOptions.heartbeatTimeout = options.heartbeatTimeout;
-  fabricOptions.allowRemoteRead = options.allowRemoteRead;
+  fabricOptions.allowRemoteRead = options.sharesHostMemory();
   fabricOptions.hostId = options.hostName.empty() ? localHostId() : fnv1a64(options.hostName.data(), options.hostName.size());
   Membership membership;
   membership.rank = rank;
@@ -54,7 +54,7 @@ MonarchBackend::MonarchBackend(Membership membership, BackendOptions options)
       timeoutMs_(options_.timeout.count()) {
   fabric_->acquire();
   links_ = std::make_unique<GroupLinks>(
-      membership.rank, fabric_->hostId(), fabric_->endpointId(), options_.allowRemoteRead ? options_.sharedRegionBytes : 0,
+      membership.rank, fabric_->hostId(), fabric_->endpointId(), options_.sharesHostMemory() ? options_.shmSegmentBytes : 0,
       std::move(membership.connections), fabric_->channels().get(membership.channelId), signal_,
       &aborted_);
   failLinksAlreadyDown();

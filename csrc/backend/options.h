@@ -7,18 +7,44 @@
 
 namespace monarch {
 
-// Backend settings, filled from torch_monarch.Options (which applies the
-// MONARCH_* environment overrides) when a group is created.
+// Backend settings: torch_monarch.Options as it crosses the binding, resolved
+// in Python (MONARCH_* overrides applied, no field left None). Members keep
+// the Options field names in camelCase; forEachField is the one list that
+// pairs them, so a new option is a field in options.py, a member and a line
+// here, and the code that uses it.
 struct BackendOptions {
   std::chrono::milliseconds timeout{std::chrono::minutes(30)};
-  std::string bindAddress; // empty: pick one (see defaultBindAddress)
   std::chrono::milliseconds heartbeatTimeout{std::chrono::seconds(3)};
-  bool allowRemoteRead = true; // false: MONARCH_TRANSPORT=tcp
+  // "auto" or "tcp"; see sharesHostMemory().
+  std::string transport = "auto";
+  std::string bindAddress; // empty: pick one (see defaultBindAddress)
   std::string hostName; // empty: this machine (localHostId)
   // Shared-memory segment of each rank that shares its host with others of
-  // its group; 0: none.
-  size_t sharedRegionBytes = 8 * 1024 * 1024;
+  // its group.
+  size_t shmSegmentBytes = 8 * 1024 * 1024;
   AlgorithmConfig algorithms;
+
+  // Whether ranks on one host move payloads through memory they share (the
+  // shared-memory segments and single-copy remote reads); "tcp" turns both off.
+  bool sharesHostMemory() const {
+    return transport != "tcp";
+  }
+
+  // Calls visit(name, member) for every torch_monarch.Options field.
+  template <typename Visit>
+  void forEachField(Visit&& visit) {
+    visit("timeout", timeout);
+    visit("heartbeat_timeout", heartbeatTimeout);
+    visit("transport", transport);
+    visit("bind_address", bindAddress);
+    visit("small_message_bytes", algorithms.smallMessageBytes);
+    visit("chunk_bytes", algorithms.chunkBytes);
+    visit("direct_max_ranks", algorithms.directMaxRanks);
+    visit("threads", algorithms.threads);
+    visit("host_name", hostName);
+    visit("shm_min_bytes", algorithms.shmMinBytes);
+    visit("shm_segment_bytes", shmSegmentBytes);
+  }
 };
 
 } // namespace monarch

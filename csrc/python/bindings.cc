@@ -1,6 +1,7 @@
 // Python bindings: the backend class (as a c10d.Backend subclass), the
-// function torch_monarch/backend.py calls to create one, and the translation
-// of MonarchError into torch_monarch's exception types.
+// function torch_monarch/backend.py calls to create one with its Options, the
+// translation of MonarchError into torch_monarch's exception types, and the
+// GPU layer's report. torch_monarch/_C.pyi types all of it.
 
 #include <pybind11/chrono.h>
 #include <pybind11/pybind11.h>
@@ -9,63 +10,67 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/utils/pybind.h>
 
-#include "backend/errors.h"
 #include "backend/monarch_backend.h"
-#include "gpu/bindings.h"
-#include "python/frame_probe.h"
+#include "contract/errors.h"
+#include "gpu/device_backend.h"
 
 namespace py = pybind11;
 
 namespace monarch {
 namespace {
 
+// torch_monarch.Options (resolved: no field None) as the backend's settings,
+// field by field through BackendOptions::forEachField.
+BackendOptions backendOptions(const py::handle& options) {
+  BackendOptions resolved;
+  resolved.forEachField([&](const char* name, auto& member) {
+    py::object value = options.attr(name);
+    try {
+      member = value.cast<std::decay_t<decltype(member)>>();
+    } catch (const py::cast_error&) {
+      throw py::type_error(
+          std::string("Options.") + name + " cannot be " + py::str(py::repr(value)).cast<std::string>() +
+          " when the group is created");
+    }
+  });
+  return resolved;
+}
+
+std::vector<std::string> backendOptionNames() {
+  std::vector<std::string> names;
+  BackendOptions().forEachField([&](const char* name, auto& /*member*/) { names.emplace_back(name); });
+  return names;
+}
+
 c10::intrusive_ptr<MonarchBackend> createBackend(
     const c10::intrusive_ptr<c10d::Store>& store,
     int rank,
     int size,
     const std::string& groupName,
-    std::chrono::milliseconds timeout,
-    double heartbeatTimeoutSeconds,
-    const std::string& transport,
-    const std::string& bindAddress,
-    size_t smallMessageBytes,
-    size_t chunkBytes,
-    int directMaxRanks,
-    int threads,
-    const std::string& hostName,
-    size_t shmMinBytes,
-    size_t shmSegmentBytes) {
-  BackendOptions options;
-  options.timeout = timeout;
-  options.heartbeatTimeout = std::chrono::milliseconds(static_cast<int64_t>(heartbeatTimeoutSeconds * 1000));
-  options.bindAddress = bindAddress;
-  options.allowRemoteRead = transport != "tcp";
-  options.algorithms.smallMessageBytes = smallMessageBytes;
-  options.algorithms.chunkBytes = chunkBytes;
-  options.algorithms.directMaxRanks = directMaxRanks;
-  options.algorithms.threads = threads;
-  options.hostName = hostName;
-  options.algorithms.sharedMemoryMinBytes = shmMinBytes;
-  options.sharedRegionBytes = shmSegmentBytes;
+    const py::handle& options) {
+  BackendOptions resolved = backendOptions(options);
   py::gil_scoped_release release;
-  return MonarchBackend::join(store, rank, size, groupName, options);
+  return MonarchBackend::join(store, rank, size, groupName, std::move(resolved));
 }
 
 // Raises the torch_monarch.errors class for `error.kind()`.
 void raiseTyped(const MonarchError& error) {
-  static const char* const kClassNames[] = {
-      "DistBackendError", // kNone never raises; kept for indexing
-      "PeerFailureError",
-      "CollectiveTimeoutError",
-      "AbortedError",
-      "CollectiveMismatchError",
-      "ProtocolError",
-  };
-  auto index = static_cast<size_t>(error.kind());
-  const char* name = index < sizeof(kClassNames) / sizeof(kClassNames[0]) ? kClassNames[index] : "DistBackendError";
   py::object errors = py::module_::import("torch_monarch.errors");
-  py::object instance = errors.attr(name)(error.what_without_backtrace(), error.ranks());
+  py::object instance = errors.attr(errorClassName(error.kind()))(error.what_without_backtrace(), error.ranks());
   PyErr_SetObject(py::type::handle_of(instance).ptr(), instance.ptr());
+}
+
+// {kind name: class name} for every failure kind, as errors.py looks
+// error_info() kinds up.
+py::dict errorClasses() {
+  py::dict classes;
+#define MONARCH_ERROR_KIND_CLASS(kind, value, name, pythonClass) \
+  if (ErrorKind::kind != ErrorKind::kNone) {                      \
+    classes[name] = pythonClass;                                  \
+  }
+  MONARCH_ERROR_KINDS(MONARCH_ERROR_KIND_CLASS)
+#undef MONARCH_ERROR_KIND_CLASS
+  return classes;
 }
 
 } // namespace
@@ -130,9 +135,14 @@ PYBIND11_MODULE(_C, module) {
 
   module.def(
       "create_backend", &monarch::createBackend, py::arg("store"), py::arg("rank"), py::arg("size"),
-      py::arg("group_name"), py::arg("timeout"), py::arg("heartbeat_timeout"), py::arg("transport"), py::arg("bind_address"),
-      py::arg("small_message_bytes"), py::arg("chunk_bytes"), py::arg("direct_max_ranks"), py::arg("threads"),
-      py::arg("host_name"), py::arg("shm_min_bytes"), py::arg("shm_segment_bytes"));
-  monarch::bindFrameProbe(module);
-  monarch::gpu::bindGpu(module);
+      py::arg("group_name"), py::arg("options"),
+      "Joins a new group; `options` is a torch_monarch.Options with every field resolved.");
+  module.def(
+      "backend_option_names", &monarch::backendOptionNames,
+      "The torch_monarch.Options fields the backend reads, in BackendOptions::forEachField order.");
+  module.attr("ERROR_CLASSES") = monarch::errorClasses();
+  module.def(
+      "gpu_report", &monarch::gpu::gpuReport,
+      "(key, value) pairs about the GPU layer: the platform the extension was built for, the collectives library "
+      "(NCCL/RCCL) and driver it loaded, and why not where it could not.");
 }

@@ -6,19 +6,37 @@ torchrun's, ``torch.distributed.run.get_args_parser``), so
 ``torchrun --nproc-per-node 4 train.py`` with torch_monarch's supervision
 (hang detection, restart policy with backoff, error reports). The added
 flags turn one job into ``--replicas`` replica groups with a quorum.
+
+A flag wins over its ``MONARCH_*`` variable, which wins over the default:
+the defaults shown are those of :class:`LaunchDefaults`, ``RestartPolicy``
+and ``HangConfig`` with their environment overrides applied (the one reader
+of those variables, ``torch_monarch._env``).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
+from dataclasses import dataclass
 from typing import Optional, Sequence
 
-__all__ = ["get_args_parser", "parse_args"]
+from torch_monarch._env import with_env_overrides
+from torch_monarch.supervision.policy import RestartPolicy
+from torch_monarch.supervision.probes import HangConfig
+
+__all__ = ["LaunchDefaults", "get_args_parser", "parse_args"]
 
 
-def _env(name: str, default: str) -> str:
-    return os.environ.get(name, default)
+@dataclass(frozen=True)
+class LaunchDefaults:
+    """Defaults of the replica-group flags (env: ``MONARCH_<FIELD>``, e.g. ``MONARCH_REPLICAS``)."""
+
+    replicas: int = 1
+    min_replicas: int = 1
+    lighthouse: str = ""
+    replace_replicas: int = 1
+
+    def with_env_overrides(self) -> "LaunchDefaults":
+        return with_env_overrides(self, "MONARCH_")
 
 
 def _add(group: argparse._ArgumentGroup, flag: str, **kwargs: object) -> None:
@@ -32,6 +50,9 @@ def _add(group: argparse._ArgumentGroup, flag: str, **kwargs: object) -> None:
 def get_args_parser() -> argparse.ArgumentParser:
     from torch.distributed.run import get_args_parser as torchrun_parser
 
+    defaults = LaunchDefaults().with_env_overrides()
+    policy = RestartPolicy().with_env_overrides()
+    hang = HangConfig().with_env_overrides()
     parser = torchrun_parser()
     parser.prog = "monarch-run"
     parser.description = (
@@ -39,48 +60,48 @@ def get_args_parser() -> argparse.ArgumentParser:
         "restart policies, failure drills and a live status view."
     )
     # torchrun never restarts by default; a fault-tolerant launcher does.
-    parser.set_defaults(max_restarts=int(_env("MONARCH_MAX_RESTARTS", "3")))
+    parser.set_defaults(max_restarts=policy.max_restarts)
     group = parser.add_argument_group("replica groups (torch_monarch)")
-    _add(group, "--replicas", type=int, default=int(_env("MONARCH_REPLICAS", "1")), help="Replica groups (default 1).")
+    _add(group, "--replicas", type=int, default=defaults.replicas, help="Replica groups (default 1).")
     _add(
         group,
         "--min-replicas",
         type=int,
-        default=int(_env("MONARCH_MIN_REPLICAS", "1")),
+        default=defaults.min_replicas,
         help="Fewest replicas a quorum may have and the job may go on with.",
     )
     _add(
         group,
         "--lighthouse",
-        default=_env("MONARCH_LIGHTHOUSE", ""),
+        default=defaults.lighthouse,
         help="Address of an existing TorchFT Lighthouse; default: an embedded one.",
     )
     _add(
         group,
         "--restart-window",
         type=float,
-        default=float(_env("MONARCH_RESTART_WINDOW_S", "300")),
+        default=policy.window_s,
         help="Seconds over which --max-restarts counts a replica's restarts (default 300).",
     )
     _add(
         group,
         "--restart-backoff",
         type=float,
-        default=float(_env("MONARCH_RESTART_BACKOFF_S", "0.5")),
+        default=policy.backoff.initial_s,
         help="Initial delay before restarting a replica's workers; doubles with each restart in the window.",
     )
     _add(
         group,
         "--replace-replicas",
         type=int,
-        default=int(_env("MONARCH_REPLACE_REPLICAS", "1")),
+        default=defaults.replace_replicas,
         help="How often a replica that escalates is replaced by a new allocation before the job goes on without it.",
     )
     _add(
         group,
         "--hang-timeout",
         type=float,
-        default=float(_env("MONARCH_HANG_PROGRESS_TIMEOUT_S", "60")),
+        default=hang.progress_timeout_s,
         help="Seconds without report_progress() after which a training worker is hung (0: off).",
     )
     _add(group, "--no-hang-detection", action="store_true", help="Do not probe for hung workers (like torchrun).")

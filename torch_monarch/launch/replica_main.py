@@ -10,6 +10,7 @@ by a :class:`ReplicaSupervisor`.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import uuid
 from typing import Optional
@@ -61,12 +62,20 @@ def run_replica_mode(args: argparse.Namespace) -> int:
     options = ReplicaOptions(
         replica_id=replica_id,
         policy=RestartPolicy(args.max_restarts, args.restart_window, Backoff(initial_s=args.restart_backoff)),
-        hang=HangConfig(enabled=not args.no_hang_detection, progress_timeout_s=args.hang_timeout).with_env_overrides(),
+        hang=_hang_config(args),
         run_dir=run_dir,
         preload=preload,
         env=env,
     )
     return run_replica(config, cmd, cmd_args, options)
+
+
+def _hang_config(args: argparse.Namespace) -> HangConfig:
+    """MONARCH_HANG_* settings, under the flags (--hang-timeout took its default from them)."""
+    hang = HangConfig().with_env_overrides()
+    return dataclasses.replace(
+        hang, enabled=hang.enabled and not args.no_hang_detection, progress_timeout_s=args.hang_timeout
+    )
 
 
 def replica_args(args: argparse.Namespace, replica_id: str, lighthouse: str, run_dir: Optional[RunDir]) -> list[str]:
