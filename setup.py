@@ -32,10 +32,24 @@ ROOT = Path(__file__).parent.resolve()
 CSRC = ROOT / "csrc"
 HIPIFIED = ROOT / "build" / "hipified" / "csrc"
 PLATFORMS = ("cuda", "rocm", "cpu")
-# csrc/gpu/ sources of every build: the host backend's dispatch seam and the binding.
-GPU_ALWAYS = {"gpu/device_dispatch.cc", "gpu/bindings.cc"}
 # The CPU build's stand-in for the GPU layer.
 CPU_ONLY = {"gpu/cpu_stub.cc"}
+# torch_monarch._frame_probe, a test-only extension (the frame decoder fuzz
+# tests), and the transport sources it drives; never part of _C.
+FRAME_PROBE = "python/frame_probe_module.cc"
+FRAME_PROBE_DEPENDS = [
+    "common/dtype.cc",
+    "common/logging.cc",
+    "common/status.cc",
+    "transport/channel.cc",
+    "transport/channel_registry.cc",
+    "transport/connection.cc",
+    "transport/event_loop.cc",
+    "transport/remote_read.cc",
+    "transport/socket.cc",
+    "transport/transfer.cc",
+    "transport/wire.cc",
+]
 CXX_FLAGS = ["-O3", "-fvisibility=hidden"]
 
 
@@ -44,13 +58,14 @@ def _note(message: str) -> None:
 
 
 def _all_sources() -> list[str]:
-    """Every translation unit under csrc/, relative to it."""
-    return sorted(p.relative_to(CSRC).as_posix() for p in CSRC.rglob("*.cc"))
+    """Every translation unit of _C under csrc/, relative to it."""
+    sources = (p.relative_to(CSRC).as_posix() for p in CSRC.rglob("*.cc"))
+    return sorted(s for s in sources if s != FRAME_PROBE)
 
 
 def host_sources() -> list[str]:
-    """The CPU build: the host backend, plus the GPU seam and its CPU stub."""
-    return [s for s in _all_sources() if not s.startswith("gpu/") or s in GPU_ALWAYS | CPU_ONLY]
+    """The CPU build: everything but csrc/gpu/, whose CPU stub stands in for it."""
+    return [s for s in _all_sources() if not s.startswith("gpu/") or s in CPU_ONLY]
 
 
 def gpu_sources() -> list[str]:
@@ -197,6 +212,18 @@ def extension(platform: str) -> CppExtension:
     )
 
 
+def frame_probe_extension() -> CppExtension:
+    """torch_monarch._frame_probe (test-only); host code, the same on every platform."""
+    return CppExtension(
+        name="torch_monarch._frame_probe",
+        # Absolute paths put its objects apart from _C's, which are compiled with
+        # other flags from the same sources.
+        sources=[str(CSRC / s) for s in [FRAME_PROBE, *FRAME_PROBE_DEPENDS]],
+        include_dirs=[str(CSRC)],
+        extra_compile_args={"cxx": CXX_FLAGS},
+    )
+
+
 class Hipify(Command):
     """``python setup.py hipify``: writes the ROCm source tree and lists the renamed files."""
 
@@ -259,7 +286,7 @@ setup(
         # SLURM / Kubernetes replicas through TorchX (Kubernetes also needs its client).
         "cluster": ["torchx==0.7.0", "kubernetes"],
     },
-    ext_modules=[extension(PLATFORM)],
+    ext_modules=[extension(PLATFORM), frame_probe_extension()],
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True), "hipify": Hipify},
     entry_points={
         # `import torch` loads this, so the backend is registered without

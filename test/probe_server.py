@@ -1,7 +1,7 @@
-"""Runs ``torch_monarch._C._probe_frames`` in a child process, so that a
-decoder crash (abort, segfault) or hang is reported as a test failure for
-that input instead of killing the test run. The child is restarted after a
-crash or hang."""
+"""Runs ``torch_monarch._frame_probe.probe_frames`` (a test-only extension)
+in a child process, so that a decoder crash (abort, segfault) or hang is
+reported as a test failure for that input instead of killing the test run.
+The child is restarted after a crash or hang."""
 
 from __future__ import annotations
 
@@ -32,15 +32,15 @@ class ProbeCrashed(AssertionError):
 
 
 def _serve(conn: multiprocessing.connection.Connection) -> None:
-    from torch_monarch import _C
+    from torch_monarch import _frame_probe
 
-    conn.send(("ready", _C._PROBE_CHANNEL, _C._PROBE_SEQ))
+    conn.send(("ready", _frame_probe.PROBE_CHANNEL, _frame_probe.PROBE_SEQ))
     while True:
         try:
             stream, expected_bytes = conn.recv()
         except EOFError:
             return
-        conn.send(_C._probe_frames(stream, expected_bytes, 5.0))
+        conn.send(_frame_probe.probe_frames(stream, expected_bytes, 5.0))
 
 
 class ProbeServer:

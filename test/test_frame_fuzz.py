@@ -1,4 +1,4 @@
-"""Fuzzes the frame decoder of a real Connection through ``_probe_frames``,
+"""Fuzzes the frame decoder of a real Connection through ``probe_frames``,
 which feeds a byte stream (then EOF) to a Connection with one receive posted
 for (allreduce, uint8, count=N, op=SUM) at sequence number 1, step 0, on
 channel 1. For every stream:

@@ -1,5 +1,10 @@
-#include "python/frame_probe.h"
+// torch_monarch._frame_probe, a test-only extension: feeds raw bytes to a real
+// Connection, as if a peer had sent them, and reports what became of one
+// posted receive. The frame decoder's fuzz tests drive it; the backend
+// (torch_monarch._C) never carries it. Built from the transport sources it
+// drives (see setup.py).
 
+#include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <sys/socket.h>
 
@@ -70,15 +75,15 @@ py::tuple probeFrames(const py::bytes& stream, size_t expectedBytes, double time
 }
 
 } // namespace
+} // namespace monarch
 
-void bindFrameProbe(py::module_& module) {
+PYBIND11_MODULE(_frame_probe, module) {
+  module.doc() = "test-only: the frame decoder of a real Connection, fed raw bytes";
   module.def(
-      "_probe_frames", &probeFrames, py::arg("stream"), py::arg("expected_bytes"), py::arg("timeout_seconds") = 5.0,
+      "probe_frames", &monarch::probeFrames, py::arg("stream"), py::arg("expected_bytes"), py::arg("timeout_seconds") = 5.0,
       "Feeds `stream` to a Connection with one receive posted for "
       "(allreduce, uint8, count=expected_bytes, op=SUM) at sequence number 1, step 0, on channel 1; "
       "returns (status kind, message, receive buffer).");
-  module.attr("_PROBE_CHANNEL") = kProbeChannel;
-  module.attr("_PROBE_SEQ") = kProbeSeq;
+  module.attr("PROBE_CHANNEL") = monarch::kProbeChannel;
+  module.attr("PROBE_SEQ") = monarch::kProbeSeq;
 }
-
-} // namespace monarch
