@@ -13,6 +13,7 @@ from torch_monarch.errors import (
     PeerFailureError,
     ProtocolError,
 )
+from torch_monarch.groups import backend_of, group_error
 from torch_monarch.options import Options
 
 __all__ = [
@@ -24,6 +25,8 @@ __all__ = [
     "Options",
     "PeerFailureError",
     "ProtocolError",
+    "backend_of",
+    "group_error",
     "register",
 ]
 
