@@ -259,6 +259,8 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["torch_monarch", "torch_monarch.*"]),
+    # The types of the C++ extensions (_C.pyi, _frame_probe.pyi).
+    package_data={"torch_monarch": ["*.pyi"]},
     install_requires=["torch>=2.6"],
     extras_require={
         "test": [
