@@ -8,8 +8,8 @@ without touching the training script (``torch_monarch._env`` reads them).
 Precedence of a setting, highest first:
 
 1. a call at run time: ``set_timeout()`` on a group's backend or on
-   ``ProcessGroupMonarch`` (TorchFT's Manager calls it) sets the op timeout
-   of the ops that start after it;
+   ``ProcessGroupMonarch`` sets the op timeout of the ops that start after
+   it (on ``ProcessGroupMonarch`` also of the groups of later configures);
 2. the ``MONARCH_<FIELD>`` environment variable;
 3. the ``Options`` field set in code (``pg_options=``, ``options=``);
 4. the group's own argument, for the op timeout only:
