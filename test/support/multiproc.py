@@ -45,7 +45,7 @@ __all__ = [
     "run_workers_ok",
 ]
 
-# Every rank of every run is bounded by this, from its start-up on, unless the caller says otherwise.
+# A run's bound, from the moment its last rank started, unless the caller says otherwise.
 DEFAULT_TIMEOUT_S = 120.0
 # How long a rank may take from its spawn to having imported torch.
 STARTUP_TIMEOUT_S = 120.0
@@ -188,7 +188,7 @@ def _child_main(
     import torch
     import torch.distributed as dist
 
-    # After torch: importing torch_monarch first would register it twice.
+    # After torch: torch_monarch imported before torch makes torch's backend entry point warn.
     from torch_monarch._lifetime import die_with_parent
 
     die_with_parent(parent_pid)
