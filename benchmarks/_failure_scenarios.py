@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Optional
 
-from _harness import RankContext
+from _harness import WorkerContext
 
 __all__ = ["RunConfig", "rank_main"]
 
@@ -82,7 +82,7 @@ def _try_shrink(cfg: RunConfig) -> dict[str, Any]:
     return {"shrink_s": shrink_s, "connections": (before, after), "shrunk_allreduce_correct": correct}
 
 
-def _fault(ctx: RankContext, cfg: RunConfig) -> dict[str, Any]:
+def _fault(ctx: WorkerContext, cfg: RunConfig) -> dict[str, Any]:
     import torch
     import torch.distributed as dist
 
@@ -104,7 +104,7 @@ def _fault(ctx: RankContext, cfg: RunConfig) -> dict[str, Any]:
     raise AssertionError("unreachable")
 
 
-def _abort(ctx: RankContext, cfg: RunConfig) -> dict[str, Any]:
+def _abort(ctx: WorkerContext, cfg: RunConfig) -> dict[str, Any]:
     import torch
     import torch.distributed as dist
 
@@ -139,7 +139,7 @@ def _abort(ctx: RankContext, cfg: RunConfig) -> dict[str, Any]:
     return report
 
 
-def rank_main(ctx: RankContext, cfg: RunConfig) -> dict[str, Any]:
+def rank_main(ctx: WorkerContext, cfg: RunConfig) -> dict[str, Any]:
     import torch
     import torch.distributed as dist
 

@@ -48,8 +48,9 @@ from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from typing import Any, Callable, Optional, Sequence
 
-from _harness import RankContext, max_across_ranks, run_ranks, time_ops
+from _harness import WorkerContext, run_workers_ok
 from _ops import OPS, element_count
+from _timing import max_across_ranks, time_ops
 
 __all__ = ["BenchConfig", "Row", "main"]
 
@@ -162,7 +163,7 @@ class _Session:
         return self.spec.peer_backend
 
 
-def _worker(ctx: RankContext, config: BenchConfig) -> Optional[dict[str, Any]]:
+def _worker(ctx: WorkerContext, config: BenchConfig) -> Optional[dict[str, Any]]:
     """One rank of the benchmark; rank 0 returns the report as plain data."""
     import torch
     import torch.distributed as dist
@@ -494,7 +495,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     config = _config_from_args(args)
     timeout = args.timeout or (300.0 if args.quick else 3600.0)
     started = time.monotonic()
-    data = run_ranks(_worker, config.world_size, config, timeout_s=timeout, env=config.monarch_env)
+    data = run_workers_ok(_worker, config.world_size, config, timeout=timeout, env=config.monarch_env)[0]
     report = Report(**{**data, "rows": [Row(**row) for row in data["rows"]]})
     print(format_report(report, config))
     print(f"# wall time {time.monotonic() - started:.1f} s; medians over {config.rounds} rounds")

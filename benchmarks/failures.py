@@ -45,13 +45,13 @@ from typing import Any, Optional
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _failure_scenarios import RunConfig, rank_main  # noqa: E402
-from _fault_harness import run_all_ranks  # noqa: E402
+from _harness import RankResult, run_workers  # noqa: E402
 
 logger = logging.getLogger("failures")
 
 BACKENDS = ("monarch", "gloo")
-# Process start-up (import torch, rendezvous) on a loaded host, per rank.
-STARTUP_PER_RANK_S = 15.0
+# Rendezvous and warm-up on a loaded host (the harness bounds start-up itself).
+RENDEZVOUS_S = 30.0
 
 
 @dataclass
@@ -97,13 +97,24 @@ def _summarise(reports: list[dict[str, Any]]) -> list[str]:
     return notes
 
 
+def _run(cfg: RunConfig, bound_s: float, env: dict[str, str], wait_for: Optional[set[int]] = None) -> list[RankResult]:
+    """One scenario's ranks. They stay alive after reporting until killed: a
+    backend that cannot shut down next to a dead peer does not stall the run."""
+    return run_workers(
+        rank_main, cfg.world_size, cfg, timeout=RENDEZVOUS_S + bound_s, env=env, wait_for=wait_for, stay_alive=True
+    )
+
+
+def _story(result: RankResult) -> str:
+    """What went wrong on a rank, briefly."""
+    return (result.error.traceback if result.error else str(result.problem))[-300:]
+
+
 def _run_fault(cfg: RunConfig, bound_s: float, env: dict[str, str], rows: dict[tuple[str, int, str], Row]) -> None:
     survivors = set(range(cfg.world_size)) - {cfg.victim}
-    outcomes = run_all_ranks(
-        rank_main, cfg.world_size, cfg, STARTUP_PER_RANK_S * cfg.world_size + bound_s, env, wait_for=survivors
-    )
-    reports = [outcomes[r][1] for r in sorted(survivors) if outcomes[r][0] == "ok"]
-    problems = [f"rank {r}: {outcomes[r][0]} {str(outcomes[r][1])[-300:]}" for r in sorted(survivors) if outcomes[r][0] != "ok"]
+    results = _run(cfg, bound_s, env, wait_for=survivors)
+    reports = [results[r].value for r in sorted(survivors) if results[r].ok]
+    problems = [f"rank {r}: {_story(results[r])}" for r in sorted(survivors) if not results[r].ok]
     detect = rows.setdefault((cfg.scenario, cfg.world_size, cfg.backend), Row(cfg.scenario, cfg.world_size, cfg.backend))
     detect.bound_s = bound_s
     if problems or len(reports) != len(survivors):
@@ -131,14 +142,14 @@ def _run_fault(cfg: RunConfig, bound_s: float, env: dict[str, str], rows: dict[t
 
 
 def _run_abort(cfg: RunConfig, env: dict[str, str], rows: dict[tuple[str, int, str], Row]) -> None:
-    outcomes = run_all_ranks(rank_main, cfg.world_size, cfg, STARTUP_PER_RANK_S * cfg.world_size + 2 * cfg.abort_bound_s, env)
+    results = _run(cfg, 2 * cfg.abort_bound_s, env)
     row = rows.setdefault(("abort", cfg.world_size, cfg.backend), Row("abort", cfg.world_size, cfg.backend))
     row.bound_s = cfg.abort_bound_s
-    status, report = outcomes[0]
-    if status != "ok":
+    if not results[0].ok:
         row.samples.append(None)
-        row.notes = [f"rank 0: {status} {str(report)[-300:]}"]
+        row.notes = [f"rank 0: {_story(results[0])}"]
         return
+    report = results[0].value
     latency = report.get("latency_s")
     # Ended only by the wait() timeout: abort did not unblock the op.
     unblocked = latency is not None and "type" in report and latency < 0.9 * cfg.abort_bound_s

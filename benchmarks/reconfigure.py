@@ -42,7 +42,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any, Optional, Sequence
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _harness import RankContext, run_ranks  # noqa: E402
+from _harness import WorkerContext, run_workers_ok  # noqa: E402
 
 KINDS = ("monarch", "gloo")
 CASES = ("first", "same", "replaced")
@@ -107,12 +107,12 @@ def _make_pg(kind: str, timeout_s: float) -> Any:
 class _Control:
     """Barriers and result exchange among the ranks over one TCPStore."""
 
-    def __init__(self, ctx: RankContext) -> None:
+    def __init__(self, ctx: WorkerContext) -> None:
         import torch.distributed as dist
 
         self.rank = ctx.rank
         self.world = ctx.world_size
-        files = dist.FileStore(ctx.store_path, ctx.world_size)
+        files = dist.FileStore(ctx.init_store_path, ctx.world_size)
         if ctx.rank == 0:
             self._server = dist.TCPStore("localhost", 0, is_master=True, wait_for_workers=False)
             files.set("port", str(self._server.port))
@@ -137,7 +137,7 @@ class _Control:
         return [float(self.store.get(k)) for k in keys]
 
 
-def _configure_worker(ctx: RankContext, bench: ConfigureBench) -> Optional[dict[str, Any]]:
+def _configure_worker(ctx: WorkerContext, bench: ConfigureBench) -> Optional[dict[str, Any]]:
     import torch
 
     torch.set_num_threads(1)
@@ -502,7 +502,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     for world in [int(w) for w in args.worlds.split(",") if w.strip()]:
         bench = ConfigureBench(world_size=world, repeats=repeats)
-        result = run_ranks(_configure_worker, world, bench, timeout_s=600.0)
+        result = run_workers_ok(_configure_worker, world, bench, timeout=600.0)[0]
         report.configure[world] = result["samples"]
         report.connections[world] = result["connections"].get("after_replace", -1)
         print(f"# world {world} done ({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)

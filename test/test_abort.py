@@ -16,8 +16,9 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from fault_workload import op_sequence, run_op
+from fault_workload import run_mix, run_op
 from faults import (
+    assert_no_problems,
     Outcome,
     attempt,
     kill_and_wait,
@@ -91,13 +92,7 @@ def abort_worker(ctx: WorkerContext) -> dict[str, Any]:
         if not noticed.is_a("PeerFailureError") or noticed.failed_ranks != (0,) or noticed.elapsed_s > 1.0:
             problems.append(f"rank {ctx.rank}: expected PeerFailureError naming [0] at once, {noticed.describe()}")
         dist.shrink_group([0])
-        for step, name in op_sequence(3):
-            if step >= 6:
-                break
-            outcome = attempt(lambda: run_op(name, step))
-            if not outcome.ok:
-                problems.append(f"rank {ctx.rank}: {name} after shrinking {outcome.describe()}")
-                break
+        run_mix(3, 6, problems, f"rank {ctx.rank}: after shrinking")
         if not problems:
             dist.barrier()
     problems += teardown_leaks(baseline)
@@ -130,24 +125,9 @@ def abort_hung_peer_worker(ctx: WorkerContext) -> dict[str, Any]:
     return {"abort_latency_s": latencies, "teardown_s": teardown_s, "problems": problems}
 
 
-def _judge(results: list[Any], expected_dead: set[int]) -> list[dict[str, Any]]:
-    failures: list[str] = []
-    reports = []
-    for result in results:
-        if result.rank in expected_dead:
-            continue
-        if not result.ok:
-            failures.append(f"rank {result.rank}: {result.problem} {result.error.traceback if result.error else ''}")
-            continue
-        failures += [f"rank {result.rank}: {p}" for p in result.value["problems"]]
-        reports.append(result.value)
-    assert not failures, "\n".join(failures)
-    return reports
-
-
 def test_abort_from_another_thread_fails_pending_ops() -> None:
     results = run_workers(abort_worker, 3, timeout=120)
-    reports = _judge(results, set())
+    reports = assert_no_problems(results)
     logger.info("abort -> AbortedError: %s s", [f"{s:.4f}" for s in reports[0]["abort_latency_s"]])
 
 
@@ -155,7 +135,7 @@ def test_abort_with_a_hung_peer() -> None:
     # A heartbeat timeout far above the test: only abort() can end the op.
     results = run_workers(abort_hung_peer_worker, 2, timeout=120, env={"MONARCH_HEARTBEAT_TIMEOUT": "60"})
     assert results[1].exit_code == -signal.SIGKILL, results[1]
-    reports = _judge(results, {1})
+    reports = assert_no_problems(results, skip={1})
     logger.info(
         "abort with a hung peer -> AbortedError: %s s; teardown %.3f s",
         [f"{s:.4f}" for s in reports[0]["abort_latency_s"]], reports[0]["teardown_s"],

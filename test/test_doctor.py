@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from commands import REPO_ROOT, repo_env
 from torch_monarch import _platform, doctor
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def _run_doctor(*args: str, env: dict[str, str] | None = None) -> str:
@@ -21,8 +20,8 @@ def _run_doctor(*args: str, env: dict[str, str] | None = None) -> str:
         capture_output=True,
         text=True,
         timeout=120,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+        cwd=REPO_ROOT,
+        env=repo_env(env),
     )
     assert result.returncode == 0, result.stderr
     return result.stdout

@@ -34,7 +34,7 @@ from typing import Any
 import pytest
 import torch.distributed as dist
 
-from fault_workload import WrongResultError, op_sequence, run_op, start_all_reduce_large
+from fault_workload import WrongResultError, op_sequence, run_mix, run_op, start_all_reduce_large
 from faults import Outcome, attempt, backend_of, read_stamp, settled_baseline, signal_self, teardown_leaks, wait_until
 from multiproc import RankResult, WorkerContext, run_workers
 
@@ -153,13 +153,7 @@ def _shrink_and_go_on(
     survivors = [m for m in members if m != plan.rounds[round_index].victim]
     if dist.get_world_size() != len(survivors) or dist.get_rank() != survivors.index(ctx.rank):
         problems.append(f"{where}: shrunk group is rank {dist.get_rank()}/{dist.get_world_size()}, members {survivors}")
-    for step, name in op_sequence(plan.seed * 100 + round_index + 50):
-        if step >= OPS_AFTER_SHRINK:
-            break
-        outcome = attempt(lambda: run_op(name, step))
-        if not outcome.ok:
-            problems.append(f"{where}: {name} on the shrunk group {outcome.describe()}")
-            break
+    run_mix(plan.seed * 100 + round_index + 50, OPS_AFTER_SHRINK, problems, f"{where}: on the shrunk group")
     # The only live links left are those to the survivors (a link to the dead
     # rank may be noticed a moment after the notice that named it).
     live = len(survivors) - 1

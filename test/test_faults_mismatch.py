@@ -13,8 +13,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from fault_workload import op_sequence, run_op
-from faults import attempt, backend_of, settled_baseline, teardown_leaks
+from fault_workload import run_mix, run_op
+from faults import assert_no_problems, attempt, backend_of, settled_baseline, teardown_leaks
 from multiproc import WorkerContext, run_workers
 
 logger = logging.getLogger(__name__)
@@ -50,13 +50,7 @@ def mismatch_worker(ctx: WorkerContext, count: int) -> dict[str, Any]:
         problems.append(f"an op on the broken group {later.describe()}")
     # The same ranks start over on a new group.
     fresh = dist.new_group(backend="monarch", timeout=GROUP_TIMEOUT)
-    for step, name in op_sequence(11):
-        if step >= 6:
-            break
-        done = attempt(lambda: run_op(name, step, fresh))
-        if not done.ok:
-            problems.append(f"{name} on a new group {done.describe()}")
-            break
+    run_mix(11, 6, problems, "on a new group", fresh)
     del group, fresh
     dist.barrier()
     problems += teardown_leaks(baseline)
@@ -65,12 +59,6 @@ def mismatch_worker(ctx: WorkerContext, count: int) -> dict[str, Any]:
 
 @pytest.mark.parametrize("count", [10, 300_000], ids=["small", "ring"])
 def test_size_mismatch(count: int) -> None:
-    results = run_workers(mismatch_worker, 3, count, timeout=120)
-    failures: list[str] = []
-    for result in results:
-        if not result.ok:
-            failures.append(f"rank {result.rank}: {result.problem} {result.error.traceback if result.error else ''}")
-            continue
-        failures += [f"rank {result.rank}: {p}" for p in result.value["problems"]]
-        logger.info("rank %d: %s", result.rank, result.value["outcome"])
-    assert not failures, "\n".join(failures)
+    reports = assert_no_problems(run_workers(mismatch_worker, 3, count, timeout=120))
+    for rank, report in enumerate(reports):
+        logger.info("rank %d: %s", rank, report["outcome"])

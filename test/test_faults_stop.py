@@ -20,8 +20,9 @@ from typing import Any
 import pytest
 import torch.distributed as dist
 
-from fault_workload import op_sequence, run_op
+from fault_workload import op_sequence, run_mix, run_op
 from faults import (
+    assert_no_problems,
     Outcome,
     attempt,
     backend_of,
@@ -97,13 +98,7 @@ def stop_worker(ctx: WorkerContext, mode: str) -> dict[str, Any]:
     after = backend_of(dist.group.WORLD).connection_count()
     if after > before:
         problems.append(f"rank {ctx.rank}: shrink_group opened connections ({before} before, {after} after)")
-    for step, name in op_sequence(8):
-        if step >= 8:
-            break
-        outcome = attempt(lambda: run_op(name, step))
-        if not outcome.ok:
-            problems.append(f"rank {ctx.rank}: {name} on the shrunk group {outcome.describe()}")
-            break
+    run_mix(8, 8, problems, f"rank {ctx.rank}: on the shrunk group")
     if not problems:
         dist.barrier()
     problems += teardown_leaks(baseline)
@@ -115,15 +110,7 @@ def test_sigstop_is_detected_by_heartbeat(mode: str) -> None:
     results = run_workers(
         stop_worker, WORLD_SIZE, mode, timeout=120, env={"MONARCH_HEARTBEAT_TIMEOUT": str(HEARTBEAT_S)}
     )
-    failures: list[str] = []
-    for result in results:
-        if result.rank == VICTIM:
-            if result.exit_code != -signal.SIGKILL:
-                failures.append(f"victim: exit code {result.exit_code}, {result.problem}")
-            continue
-        if not result.ok:
-            failures.append(f"rank {result.rank}: {result.problem} {result.error.traceback if result.error else ''}")
-            continue
-        failures += result.value["problems"]
-        logger.info("%s: rank %d noticed the stop in %.3f s: %s", mode, result.rank, result.value["detect_s"], result.value["message"])
-    assert not failures, "\n".join(failures)
+    victim = results[VICTIM]
+    assert victim.exit_code == -signal.SIGKILL, f"victim: exit code {victim.exit_code}, {victim.problem}"
+    for report in assert_no_problems(results, skip={VICTIM}):
+        logger.info("%s: noticed the stop in %.3f s: %s", mode, report["detect_s"], report["message"])

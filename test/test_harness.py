@@ -64,6 +64,20 @@ def test_failures_are_reported_and_every_child_reaped() -> None:
         run_workers_ok(behave_worker, 2, {1: "raise"})
 
 
+def test_the_time_bound_starts_after_start_up() -> None:
+    """Four ranks importing torch at once take seconds on a loaded machine;
+    a bound shorter than that still holds, because it starts after start-up."""
+    pids = run_workers_ok(behave_worker, 4, {}, timeout=2)
+    assert len(set(pids)) == 4
+
+
+def test_ranks_not_waited_for_are_killed() -> None:
+    results = run_workers(behave_worker, 3, {2: "hang"}, timeout=60, wait_for={0, 1}, stay_alive=True)
+    assert results[0].ok and results[1].ok
+    assert results[2].problem is not None and "not waited for" in results[2].problem
+    assert all(result.exit_code == -signal.SIGKILL for result in results), [r.exit_code for r in results]
+
+
 ORPHAN_PARENT = """
 import sys
 from multiproc import run_workers
@@ -93,7 +107,7 @@ def _await_exits(pids: list[int], timeout: float) -> list[int]:
 def test_ranks_die_with_a_killed_parent() -> None:
     """Even when the parent is killed outright (no cleanup runs), the ranks go."""
     test_dir = Path(__file__).resolve().parent
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(test_dir.parent), str(test_dir)]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(test_dir.parent), str(test_dir), str(test_dir / "support")]))
     parent = subprocess.Popen(
         [sys.executable, "-c", ORPHAN_PARENT], env=env, stdout=subprocess.PIPE, text=True, start_new_session=True
     )

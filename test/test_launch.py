@@ -4,8 +4,6 @@ init_process_group with tcp://, file:// and env:// init methods."""
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import sys
 from datetime import timedelta
 from pathlib import Path
@@ -15,42 +13,20 @@ import torch
 import torch.distributed as dist
 
 import torch_monarch  # noqa: F401 - registers "monarch" in the worker processes
+from commands import run_bounded
 from multiproc import WorkerContext, free_port, run_workers_ok
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "launch_check.py"
 TORCHRUN_TIMEOUT_S = 120
 
 
-def _run_bounded(command: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
-    """Runs `command` in its own session; on timeout kills that whole session
-    (torchrun and the workers it started) and fails."""
-    process = subprocess.Popen(
-        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
-    )
-    try:
-        output, _ = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        output, _ = process.communicate()
-        pytest.fail(f"{command} did not finish within {timeout} s; output:\n{output}")
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-    return subprocess.CompletedProcess(command, process.returncode, output, None)
-
-
-def test_torchrun_env_init() -> None:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    env["OMP_NUM_THREADS"] = "1"
+def test_torchrun_env_init(repo_env: dict[str, str]) -> None:
     command = [
         sys.executable, "-m", "torch.distributed.run",
         "--standalone", "--nproc-per-node", "2", "--max-restarts", "0",
         str(SCRIPT),
     ]
-    result = _run_bounded(command, env, TORCHRUN_TIMEOUT_S)
+    result = run_bounded(command, TORCHRUN_TIMEOUT_S, {**repo_env, "OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stdout
     for rank in range(2):
         assert f"LAUNCH_OK {rank}" in result.stdout, result.stdout

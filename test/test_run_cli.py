@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -14,7 +13,8 @@ from typing import Any
 import pytest
 import torch
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from commands import REPO_ROOT, repo_env, run_bounded
+
 STEPS = Path(__file__).resolve().parent / "scripts" / "supervised_steps.py"
 TRAIN = REPO_ROOT / "torch_monarch" / "demo" / "train.py"
 
@@ -22,21 +22,7 @@ pytestmark = pytest.mark.timeout(240)
 
 
 def run(command: list[str], timeout: float = 200, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Runs ``command`` in its own session; kills that session on timeout."""
-    full_env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
-    full_env.update(env or {})
-    process = subprocess.Popen(command, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    try:
-        output, _ = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        output, _ = process.communicate()
-        pytest.fail(f"{command} did not finish within {timeout}s:\n{output[-5000:]}")
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-    return subprocess.CompletedProcess(command, process.returncode, output, "")
+    return run_bounded(command, timeout, repo_env(env))
 
 
 def monarch_run(*argv: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:

@@ -12,15 +12,8 @@ import pytest
 from torch_monarch.supervision import LocalScheduler, ReplicaSpec, ReplicaState, RunDir
 from torch_monarch.supervision.rundir import read_json
 
-pytestmark = pytest.mark.timeout(120)
-
-REPO_ROOT = str(Path(__file__).resolve().parent.parent)
-
-
-@pytest.fixture(autouse=True)
-def _importable(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Replica agents and workers are new interpreters: they must find torch_monarch."""
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [REPO_ROOT, os.environ.get("PYTHONPATH")])))
+# Replica agents and workers are new interpreters: they must find torch_monarch.
+pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("checkout_on_path")]
 
 SLEEPER = "import time\nfrom torch_monarch import supervision\nsupervision.init_worker()\nsupervision.report_progress(0)\ntime.sleep(300)\n"
 QUICK = "print('done')\n"

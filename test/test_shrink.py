@@ -18,24 +18,14 @@ from typing import Any
 
 import torch.distributed as dist
 
-from fault_workload import op_sequence, run_op
-from faults import attempt, backend_of, kill_and_wait, settled_baseline, teardown_leaks, wait_until
+from fault_workload import run_mix, run_op
+from faults import assert_no_problems, attempt, backend_of, kill_and_wait, settled_baseline, teardown_leaks, wait_until
 from multiproc import WorkerContext, run_workers
 
 logger = logging.getLogger(__name__)
 
 SHRINK_BOUND_S = 0.050
 STORE_WAIT = timedelta(seconds=60)
-
-
-def _run_mix(seed: int, count: int, problems: list[str], where: str) -> None:
-    for step, name in op_sequence(seed):
-        if step >= count:
-            return
-        outcome = attempt(lambda: run_op(name, step))
-        if not outcome.ok:
-            problems.append(f"{where}: {name} {outcome.describe()}")
-            return
 
 
 def _shrink_default(exclude: int, expected_members: list[int], rank: int, problems: list[str]) -> dict[str, Any]:
@@ -61,7 +51,7 @@ def shrink_live_worker(ctx: WorkerContext) -> dict[str, Any]:
     store = ctx.store()
     problems: list[str] = []
     report: dict[str, Any] = {"shrinks": []}
-    _run_mix(1, 4, problems, "before shrinking")
+    run_mix(1, 4, problems, "before shrinking")
     members = list(range(ctx.world_size))
     for leaving in (3, 2):
         if ctx.rank == leaving:
@@ -74,9 +64,9 @@ def shrink_live_worker(ctx: WorkerContext) -> dict[str, Any]:
         members.remove(leaving)
         report["shrinks"].append(_shrink_default(leaving, members, ctx.rank, problems))
         store.set(f"shrunk/{leaving}/{ctx.rank}", "1")
-        _run_mix(10 + leaving, 6, problems, f"while rank {leaving} leaves")
+        run_mix(10 + leaving, 6, problems, f"while rank {leaving} leaves")
         store.wait([f"left/{leaving}"], STORE_WAIT)
-        _run_mix(20 + leaving, 4, problems, f"after rank {leaving} left")
+        run_mix(20 + leaving, 4, problems, f"after rank {leaving} left")
     dist.barrier()
     problems += teardown_leaks(baseline)
     report["problems"] = problems
@@ -101,7 +91,7 @@ def shrink_abort_worker(ctx: WorkerContext) -> dict[str, Any]:
         connections = backend_of(dist.group.WORLD).connection_count()
         if connections != ctx.world_size - 1:
             problems.append(f"the shrunk group's endpoint holds {connections} live connections, expected {ctx.world_size - 1}")
-        _run_mix(4, 4, problems, "after SHRINK_ABORT")
+        run_mix(4, 4, problems, "after SHRINK_ABORT")
         if not problems:
             dist.barrier()
         store.set(f"done/{ctx.rank}", "1")
@@ -149,26 +139,15 @@ def double_failure_worker(ctx: WorkerContext) -> dict[str, Any]:
         if not second.is_a("PeerFailureError") or second.failed_ranks != expected or second.elapsed_s > 0.5:
             problems.append(f"expected PeerFailureError naming {list(expected)} at once, {second.describe()}")
         dist.shrink_group(list(expected))
-    _run_mix(6, 4, problems, "after shrinking past both")
+    run_mix(6, 4, problems, "after shrinking past both")
     if not problems:
         dist.barrier()
     problems += teardown_leaks(baseline)
     return {"problems": problems, "first": first.describe()}
 
 
-def _judge(results: list[Any]) -> list[dict[str, Any]]:
-    failures: list[str] = []
-    for result in results:
-        if not result.ok:
-            failures.append(f"rank {result.rank}: {result.problem} {result.error.traceback if result.error else ''}")
-            continue
-        failures += [f"rank {result.rank}: {p}" for p in result.value["problems"]]
-    assert not failures, "\n".join(failures)
-    return [result.value for result in results]
-
-
 def test_shrink_past_live_ranks() -> None:
-    reports = _judge(run_workers(shrink_live_worker, 4, timeout=120))
+    reports = assert_no_problems(run_workers(shrink_live_worker, 4, timeout=120))
     for rank, report in enumerate(reports):
         logger.info("rank %d: %s", rank, report["shrinks"])
 
@@ -177,9 +156,9 @@ def test_shrink_past_one_of_two_failures() -> None:
     results = run_workers(double_failure_worker, 4, timeout=120)
     for victim in (2, 3):
         assert results[victim].exit_code == -signal.SIGKILL, results[victim]
-    reports = _judge(results[:2])
+    reports = assert_no_problems(results, skip={2, 3})
     logger.info("first failure seen: %s", [report["first"] for report in reports])
 
 
 def test_shrink_abort_leaves_a_working_group() -> None:
-    _judge(run_workers(shrink_abort_worker, 3, timeout=120))
+    assert_no_problems(run_workers(shrink_abort_worker, 3, timeout=120))

@@ -8,7 +8,6 @@ place, and the job must then succeed. Past the restart policy it escalates.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -17,7 +16,8 @@ from typing import Any
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from commands import repo_env, run_bounded
+
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "supervised_steps.py"
 TIMEOUT_S = 150
 
@@ -26,20 +26,7 @@ pytestmark = pytest.mark.timeout(TIMEOUT_S + 30)
 
 def run_cli(argv: list[str], run_dir: Path, timeout: float = TIMEOUT_S) -> subprocess.CompletedProcess[str]:
     """Runs ``python -m torch_monarch.run`` in its own session; kills that session on timeout."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
-    command = [sys.executable, "-m", "torch_monarch.run", "--run-dir", str(run_dir), *argv]
-    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    try:
-        output, _ = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        output, _ = process.communicate()
-        pytest.fail(f"monarch-run did not finish within {timeout}s:\n{output[-5000:]}")
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-    return subprocess.CompletedProcess(command, process.returncode, output, "")
+    return run_bounded([sys.executable, "-m", "torch_monarch.run", "--run-dir", str(run_dir), *argv], timeout, repo_env())
 
 
 def events(run_dir: Path) -> list[dict[str, Any]]:

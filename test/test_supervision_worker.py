@@ -13,6 +13,7 @@ from typing import Callable, Iterator
 
 import pytest
 
+from commands import repo_env
 from torch_monarch.errors import PeerFailureError
 from torch_monarch.supervision import FailureKind, HangConfig, HangProbe, RunDir
 from torch_monarch.supervision import worker as sv
@@ -21,7 +22,6 @@ from torch_monarch.supervision.rundir import read_jsonl, write_json
 
 pytestmark = pytest.mark.timeout(60)
 
-REPO_ROOT = str(Path(__file__).resolve().parent.parent)
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
@@ -97,12 +97,7 @@ def test_supervised_reports_and_exits_nonzero(tmp_path: Path) -> None:
         "    deep()\n"
         "main()\n"
     )
-    env = {
-        **os.environ,
-        "PYTHONPATH": REPO_ROOT,
-        "TORCHELASTIC_ERROR_FILE": str(tmp_path / "err.json"),
-        "MONARCH_RUN_DIR": str(tmp_path / "run"),
-    }
+    env = repo_env({"TORCHELASTIC_ERROR_FILE": str(tmp_path / "err.json"), "MONARCH_RUN_DIR": str(tmp_path / "run")})
     proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1, proc.stderr
     report = json.loads((tmp_path / "err.json").read_text())

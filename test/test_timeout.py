@@ -12,8 +12,8 @@ from typing import Any
 
 import torch.distributed as dist
 
-from fault_workload import op_sequence, run_op
-from faults import attempt, backend_of, settled_baseline, teardown_leaks
+from fault_workload import run_mix, run_op
+from faults import assert_no_problems, attempt, backend_of, settled_baseline, teardown_leaks
 from multiproc import WorkerContext, run_workers
 
 logger = logging.getLogger(__name__)
@@ -60,13 +60,7 @@ def timeout_worker(ctx: WorkerContext) -> dict[str, Any]:
         after = backend_of(shrunk).connection_count()
         if after != before:
             problems.append(f"shrink_group changed the connection count: {before} before, {after} after")
-        for step, name in op_sequence(5):
-            if step >= 6:
-                break
-            outcome = attempt(lambda: run_op(name, step, shrunk))
-            if not outcome.ok:
-                problems.append(f"{name} on the shrunk group {outcome.describe()}")
-                break
+        run_mix(5, 6, problems, "on the shrunk group", shrunk)
         del shrunk
     del group
     dist.barrier()
@@ -76,12 +70,6 @@ def timeout_worker(ctx: WorkerContext) -> dict[str, Any]:
 
 
 def test_skipped_op_times_out_naming_the_skipper() -> None:
-    results = run_workers(timeout_worker, 3, timeout=120)
-    failures: list[str] = []
-    for result in results:
-        if not result.ok:
-            failures.append(f"rank {result.rank}: {result.problem} {result.error.traceback if result.error else ''}")
-            continue
-        failures += [f"rank {result.rank}: {p}" for p in result.value["problems"]]
-        logger.info("rank %d: %s", result.rank, {k: v for k, v in result.value.items() if k != "problems"})
-    assert not failures, "\n".join(failures)
+    reports = assert_no_problems(run_workers(timeout_worker, 3, timeout=120))
+    for rank, report in enumerate(reports):
+        logger.info("rank %d: %s", rank, {k: v for k, v in report.items() if k != "problems"})

@@ -112,14 +112,26 @@ def test_lost_peer_fails_step_fast_then_next_quorum_configures(mode: str) -> Non
 def _two_ranks(prefix: str) -> tuple[TCPStore, list[ProcessGroupMonarch]]:
     store = TCPStore("localhost", 0, is_master=True, wait_for_workers=False)
     pgs = [ProcessGroupMonarch(timeout=timedelta(seconds=20)) for _ in range(2)]
+    _configure_both(store, pgs, prefix, quorum_id=1)
+    return store, pgs
+
+
+def _configure_both(store: TCPStore, pgs: list[ProcessGroupMonarch], prefix: str, quorum_id: int) -> None:
+    """Both ranks join one quorum, in parallel (each configure waits for the other)."""
     with ThreadPoolExecutor(max_workers=2) as pool:
         futures = [
-            pool.submit(pg.configure, f"localhost:{store.port}/{prefix}", "0", rank, 2, 1)
+            pool.submit(pg.configure, f"localhost:{store.port}/{prefix}", "0", rank, 2, quorum_id)
             for rank, pg in enumerate(pgs)
         ]
         for future in futures:
             future.result(timeout=30)
-    return store, pgs
+
+
+def _assert_allreduce_works(pgs: list[ProcessGroupMonarch]) -> None:
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        sums = [pool.submit(_allreduce, pg, rank + 1.0) for rank, pg in enumerate(pgs)]
+        for future in sums:
+            torch.testing.assert_close(future.result(timeout=30), torch.full((4,), 3.0))
 
 
 def test_set_timeout_applies_to_the_next_op() -> None:
@@ -154,17 +166,9 @@ def test_abort_unblocks_pending_op_and_next_configure_works() -> None:
 
         # Both ranks move on to the next quorum: rank 0 on a fresh endpoint,
         # rank 1 from its group that the abort broke.
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            futures = [
-                pool.submit(pg.configure, f"localhost:{store.port}/after_abort", "0", rank, 2, 2)
-                for rank, pg in enumerate(pgs)
-            ]
-            for future in futures:
-                future.result(timeout=30)
-            assert all(pg.errored() is None for pg in pgs)
-            sums = [pool.submit(_allreduce, pg, rank + 1.0) for rank, pg in enumerate(pgs)]
-            for future in sums:
-                torch.testing.assert_close(future.result(timeout=30), torch.full((4,), 3.0))
+        _configure_both(store, pgs, "after_abort", quorum_id=2)
+        assert all(pg.errored() is None for pg in pgs)
+        _assert_allreduce_works(pgs)
     finally:
         for pg in pgs:
             pg.shutdown()
@@ -180,18 +184,10 @@ def test_failed_reconfigure_then_next_quorum_keeps_links() -> None:
         assert isinstance(pgs[0].errored(), dist.DistBackendError)
         pgs[0].set_timeout(timedelta(seconds=20))
         # Both come to the next one, over the link they already had.
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            futures = [
-                pool.submit(pg.configure, f"localhost:{store.port}/next", "0", rank, 2, 3)
-                for rank, pg in enumerate(pgs)
-            ]
-            for future in futures:
-                future.result(timeout=30)
-            assert [pg.errored() for pg in pgs] == [None, None]
-            assert [pg.connection_count() for pg in pgs] == [1, 1]
-            sums = [pool.submit(_allreduce, pg, rank + 1.0) for rank, pg in enumerate(pgs)]
-            for future in sums:
-                torch.testing.assert_close(future.result(timeout=30), torch.full((4,), 3.0))
+        _configure_both(store, pgs, "next", quorum_id=3)
+        assert [pg.errored() for pg in pgs] == [None, None]
+        assert [pg.connection_count() for pg in pgs] == [1, 1]
+        _assert_allreduce_works(pgs)
     finally:
         for pg in pgs:
             pg.shutdown()

@@ -19,8 +19,8 @@ from typing import Any, Iterator
 
 import torch.distributed as dist
 
-from fault_workload import op_sequence, run_op
-from faults import attempt, backend_of, settled_baseline, teardown_leaks, wait_until
+from fault_workload import run_mix
+from faults import assert_no_problems, backend_of, settled_baseline, teardown_leaks, wait_until
 from multiproc import WorkerContext, run_workers
 from wire_format import HANDSHAKE_BYTES, MAGIC, Frame, FrameKind, fnv1a64, handshake
 
@@ -163,23 +163,13 @@ def _attack(endpoint: tuple[str, int], attacks: dict[str, tuple[bytes, bool]], p
             problems.append(f"{name}: the endpoint answered a rejected connection with {len(reply)} bytes")
 
 
-def _check_ops(seed: int, group: Any, problems: list[str], where: str) -> None:
-    for step, name in op_sequence(seed):
-        if step >= 6:
-            return
-        outcome = attempt(lambda: run_op(name, step, group))
-        if not outcome.ok:
-            problems.append(f"{where}: {name} {outcome.describe()}")
-            return
-
-
 def _formed_group_phase(ctx: WorkerContext, problems: list[str]) -> None:
     (endpoint,) = listening_ports()
     silent = socket.create_connection(endpoint)  # says nothing, stays open throughout
     try:
         name = dist.group.WORLD.group_name
         _attack(endpoint, attacks_on_formed_group(fnv1a64(name.encode())), problems)
-        _check_ops(1, None, problems, "after foreign connections")
+        run_mix(1, 6, problems, "after foreign connections")
         connections = backend_of(dist.group.WORLD).connection_count()
         if connections != ctx.world_size - 1:
             problems.append(f"{connections} live connections after the attacks, expected {ctx.world_size - 1}")
@@ -193,7 +183,7 @@ def _forming_group_phase(ctx: WorkerContext, problems: list[str]) -> None:
     if ctx.rank != 0:
         store.wait(["attacked"], STORE_WAIT)
         group = dist.new_group(backend="monarch")
-        _check_ops(2, group, problems, "new group")
+        run_mix(2, 6, problems, "new group", group)
         return
     before = listening_ports()
     name = str(dist.distributed_c10d._world.group_count)  # what new_group will call it
@@ -218,7 +208,7 @@ def _forming_group_phase(ctx: WorkerContext, problems: list[str]) -> None:
         problems.append("new_group did not complete after the attacks")
         return
     (group,) = created
-    _check_ops(2, group, problems, "new group")
+    run_mix(2, 6, problems, "new group", group)
     connections = backend_of(group).connection_count()
     if connections != ctx.world_size - 1:
         problems.append(f"the new group's endpoint holds {connections} live connections, expected {ctx.world_size - 1}")
@@ -240,15 +230,7 @@ def trust_worker(ctx: WorkerContext) -> dict[str, Any]:
 
 
 def test_foreign_connections_are_rejected_and_logged() -> None:
-    results = run_workers(trust_worker, 2, timeout=150)
-    failures: list[str] = []
-    for result in results:
-        if not result.ok:
-            failures.append(f"rank {result.rank}: {result.problem} {result.error.traceback if result.error else ''}")
-            continue
-        failures += [f"rank {result.rank}: {p}" for p in result.value["problems"]]
-    if not failures:
-        log = results[0].value["log"]
-        failures += [f"rank 0's log does not mention {phrase!r}:\n{log}" for phrase in EXPECTED_LOG if phrase not in log]
-        logger.info("rank 0's log:\n%s", log)
-    assert not failures, "\n".join(failures)
+    log = assert_no_problems(run_workers(trust_worker, 2, timeout=150))[0]["log"]
+    logger.info("rank 0's log:\n%s", log)
+    missing = [phrase for phrase in EXPECTED_LOG if phrase not in log]
+    assert not missing, f"rank 0's log does not mention {missing}:\n{log}"

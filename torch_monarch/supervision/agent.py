@@ -204,37 +204,8 @@ class MonarchAgent(LocalElasticAgent):
         for global_rank, pf in result.failures.items():
             worker = by_global.get(global_rank)
             local_rank = worker.local_rank if worker is not None else pf.local_rank
-            who = f"replica {self._replica_id} / rank {global_rank} (pid {pf.pid})"
-            hang = self._hangs.get(pf.pid)
-            if hang is not None:
-                failures.append(
-                    Failure(
-                        who=who,
-                        kind=FailureKind.HANG,
-                        time=now,
-                        message=hang.reason,
-                        replica_id=self._replica_id,
-                        rank=global_rank,
-                        pid=pf.pid,
-                        exitcode=pf.exitcode,
-                        signal=hang.signal,
-                        detected_at=now,
-                    )
-                )
-                continue
             report = pf.error_file_data if isinstance(pf.error_file_data, dict) else {}
-            failures.append(
-                Failure.from_exit(
-                    who=who,
-                    exitcode=pf.exitcode,
-                    replica_id=self._replica_id,
-                    rank=global_rank,
-                    pid=pf.pid,
-                    report=report,
-                    stderr_tail=self._stderr_tail(local_rank),
-                    detected_at=now,
-                )
-            )
+            failures.append(self._worker_failure(global_rank, local_rank, pf.pid, pf.exitcode, report, now))
         failures += self._reported_elsewhere(worker_group, {f.rank for f in failures}, now)
         if not failures:
             return Failure(
@@ -274,37 +245,45 @@ class MonarchAgent(LocalElasticAgent):
             if not report and not exitcode:
                 continue
             pid = worker.id if isinstance(worker.id, int) else None
-            who = f"replica {self._replica_id} / rank {worker.global_rank} (pid {pid})"
-            hang = self._hangs.get(pid) if pid is not None else None
-            if hang is not None:
-                out.append(
-                    Failure(
-                        who=who,
-                        kind=FailureKind.HANG,
-                        time=now,
-                        message=hang.reason,
-                        replica_id=self._replica_id,
-                        rank=worker.global_rank,
-                        pid=pid,
-                        exitcode=exitcode,
-                        signal=hang.signal,
-                        detected_at=now,
-                    )
-                )
-                continue
-            out.append(
-                Failure.from_exit(
-                    who=who,
-                    exitcode=exitcode if exitcode else 1,
-                    replica_id=self._replica_id,
-                    rank=worker.global_rank,
-                    pid=pid,
-                    report=report,
-                    stderr_tail=self._stderr_tail(worker.local_rank),
-                    detected_at=now,
-                )
-            )
+            out.append(self._worker_failure(worker.global_rank, worker.local_rank, pid, exitcode, report, now))
         return out
+
+    def _worker_failure(
+        self,
+        rank: int,
+        local_rank: int,
+        pid: Optional[int],
+        exitcode: Optional[int],
+        report: Optional[dict[str, Any]],
+        now: float,
+    ) -> Failure:
+        """One worker's failure: the hang a probe found in it, else how it exited."""
+        who = f"replica {self._replica_id} / rank {rank} (pid {pid})"
+        hang = self._hangs.get(pid) if pid is not None else None
+        if hang is not None:
+            return Failure(
+                who=who,
+                kind=FailureKind.HANG,
+                time=now,
+                message=hang.reason,
+                replica_id=self._replica_id,
+                rank=rank,
+                pid=pid,
+                exitcode=exitcode,
+                signal=hang.signal,
+                detected_at=now,
+            )
+        return Failure.from_exit(
+            who=who,
+            # A worker that left a report but has no exit code yet failed all the same.
+            exitcode=exitcode if exitcode else 1,
+            replica_id=self._replica_id,
+            rank=rank,
+            pid=pid,
+            report=report,
+            stderr_tail=self._stderr_tail(local_rank),
+            detected_at=now,
+        )
 
     def _stderr_tail(self, local_rank: int) -> str:
         if self._pcontext is None:

@@ -30,12 +30,10 @@ runs under plain ``torchrun`` or ``python``.
 
 from __future__ import annotations
 
-import ctypes
 import faulthandler
 import functools
 import logging
 import os
-import signal
 import sys
 import threading
 import time
@@ -43,6 +41,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional, TypeVar
 
+from torch_monarch._lifetime import die_with_parent
 from torch_monarch.supervision.failure import FailureKind
 from torch_monarch.supervision.rundir import RunDir, append_jsonl, read_json, write_json
 
@@ -161,7 +160,7 @@ def init_worker() -> WorkerContext:
     if not faulthandler.is_enabled():
         faulthandler.enable(all_threads=True)
     if ctx.supervisor_pid is not None:
-        _die_with_parent()
+        die_with_parent()
     _state.status = {
         "pid": os.getpid(),
         "replica_id": ctx.replica_id,
@@ -177,22 +176,6 @@ def init_worker() -> WorkerContext:
             "worker_started", replica=ctx.replica_id, rank=ctx.rank, pid=os.getpid(), attempt=ctx.restart_count
         )
     return ctx
-
-
-def _die_with_parent() -> None:
-    """PR_SET_PDEATHSIG: SIGKILL this process when its parent exits (Linux)."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        pr_set_pdeathsig = 1
-        libc.prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0)
-    except (OSError, AttributeError):  # pragma: no cover - exotic libc
-        logger.debug("prctl(PR_SET_PDEATHSIG) unavailable")
-        return
-    parent = os.getppid()
-    if parent == 1:  # the parent died before prctl took effect
-        os._exit(1)
 
 
 def _classify(exc: BaseException) -> tuple[FailureKind, list[int]]:

@@ -13,11 +13,14 @@ import os
 import signal
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Collection, Iterable, Optional, Sequence
+
+from multiproc import RankResult
 
 __all__ = [
     "Outcome",
     "Resources",
+    "assert_no_problems",
     "attempt",
     "backend_of",
     "kill_and_wait",
@@ -211,3 +214,21 @@ def teardown_leaks(baseline: Resources) -> list[str]:
         dist.destroy_process_group()
     gc.collect()
     return resources().leaks_since(baseline)
+
+
+def assert_no_problems(results: Sequence[RankResult], skip: Collection[int] = ()) -> list[dict[str, Any]]:
+    """Judges a run of fault workers, each returning a dict with a "problems"
+    list: every rank but those in ``skip`` (victims) must have reported, with
+    no problem. Returns the reports of the judged ranks, by rank."""
+    failures: list[str] = []
+    reports: list[dict[str, Any]] = []
+    for result in results:
+        if result.rank in skip:
+            continue
+        if not result.ok:
+            failures.append(f"rank {result.rank}: {result.problem} {result.error.traceback if result.error else ''}")
+            continue
+        failures += [f"rank {result.rank}: {problem}" for problem in result.value["problems"]]
+        reports.append(result.value)
+    assert not failures, "\n".join(failures)
+    return reports

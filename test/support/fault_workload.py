@@ -4,7 +4,8 @@
 and ``step``, runs the op and raises ``WrongResultError`` if an op that
 reported success produced a wrong value: a fault may make an op fail, never
 make it lie. Every rank of a group must call the same ``(name, step)``
-sequence; ``op_sequence(seed)`` gives one from a seed.
+sequence; ``op_sequence(seed)`` gives one from a seed, and ``run_mix`` runs
+the first ops of one, noting the first that fails.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from typing import Any, Callable, Iterator
 
 import torch
 import torch.distributed as dist
+from faults import attempt
 
-__all__ = ["OP_NAMES", "WrongResultError", "op_sequence", "run_op", "start_all_reduce_large"]
+__all__ = ["OP_NAMES", "WrongResultError", "op_sequence", "run_mix", "run_op", "start_all_reduce_large"]
 
 SMALL = 37
 # Over the small-message threshold, and with blocks over the remote-read
@@ -128,3 +130,15 @@ def op_sequence(seed: int) -> Iterator[tuple[int, str]]:
     while True:
         yield step, rng.choice(OP_NAMES)
         step += 1
+
+
+def run_mix(seed: int, count: int, problems: list[str], where: str, group: Any = None) -> None:
+    """Runs the first ``count`` ops of ``op_sequence(seed)`` on ``group``; the
+    first that fails (or lies) is added to ``problems`` and ends the mix."""
+    for step, name in op_sequence(seed):
+        if step >= count:
+            return
+        outcome = attempt(lambda: run_op(name, step, group))
+        if not outcome.ok:
+            problems.append(f"{where}: {name} {outcome.describe()}")
+            return

@@ -1,0 +1,43 @@
+"""Timing shared by the benchmarks in this directory.
+
+``time_ops`` times N back-to-back asynchronous ops plus the final waits with
+``time.perf_counter`` and returns the slowest rank's elapsed time, so that one
+measurement is what the whole group took.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+__all__ = ["max_across_ranks", "time_ops"]
+
+
+def max_across_ranks(value: float, group: Any) -> float:
+    """The maximum of ``value`` over the ranks of ``group`` (a CPU/gloo group)."""
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor([value], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    return float(t.item())
+
+
+def time_ops(issue: Callable[[], Any], iterations: int, control_group: Any, sync: Callable[[], None]) -> float:
+    """Seconds per op: ``iterations`` back-to-back ``issue()`` calls and their waits.
+
+    ``issue`` starts one asynchronous op and returns its Work. All ranks start
+    together (a barrier on ``control_group``), the clock runs until every Work
+    has completed and ``sync()`` (e.g. a device synchronize) returned, and the
+    result is the slowest rank's time divided by ``iterations``.
+    """
+    import torch.distributed as dist
+
+    dist.barrier(group=control_group)
+    start = time.perf_counter()
+    works = [issue() for _ in range(iterations)]
+    for work in works:
+        work.wait()
+    sync()
+    elapsed = time.perf_counter() - start
+    return max_across_ranks(elapsed, control_group) / iterations
