@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from monarch.actor import Actor, endpoint
 
 from torch_monarch.quorum.lighthouse import EmbeddedLighthouse, LighthouseConfig
@@ -19,6 +21,10 @@ class LighthouseActor(Actor):
     def address(self) -> str:
         """What replicas put in ``TORCHFT_LIGHTHOUSE``."""
         return self._server.address
+
+    @endpoint
+    def pid(self) -> int:
+        return os.getpid()
 
     @endpoint
     def shutdown(self) -> None:

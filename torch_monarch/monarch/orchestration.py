@@ -15,6 +15,7 @@ The client (:class:`~torch_monarch.monarch.job.MonarchJob`) polls
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any, Optional
 
 from monarch.actor import Actor, MeshFailure, endpoint, this_host
@@ -48,10 +49,13 @@ class OrchestrationManager(Actor):
     async def start(self) -> str:
         """Starts the Lighthouse and the replicas; returns the Lighthouse's address."""
         address = self.config.lighthouse_address
+        lighthouse_pid = None
         if not address:
             self._lighthouse_procs = this_host().spawn_procs(per_host={"procs": 1}, name="lighthouse")
             self._lighthouse = self._lighthouse_procs.spawn("lighthouse", LighthouseActor, self.config.lighthouse)
             address = await self._lighthouse.address.call_one()
+            lighthouse_pid = await self._lighthouse.pid.call_one()
+        self.run_dir.event("orchestration_started", pid=os.getpid(), lighthouse=address, lighthouse_pid=lighthouse_pid)
         self.scheduler = ReplicaActorScheduler(self.config, address)
         self.orchestrator = Orchestrator(
             self.scheduler,

@@ -37,7 +37,7 @@ from torch_monarch.monarch.config import ReplicaConfig
 from torch_monarch.monarch.failure import crashed_ranks, trainer_failure
 from torch_monarch.monarch.trainer import TrainerActor
 from torch_monarch.supervision.failure import Failure, root_cause
-from torch_monarch.supervision.probes import HangProbe
+from torch_monarch.supervision.probes import HangProbe, process_state
 from torch_monarch.supervision.replica import ReplicaSupervisor
 from torch_monarch.supervision.rundir import RunDir, read_json, write_json
 from torch_monarch.supervision.worker import ACTIVE_STATES
@@ -49,6 +49,8 @@ logger: logging.Logger = logging.getLogger(__name__)
 _PROBE_INTERVAL_S = 0.1
 #: longest a standby waits for the running attempt to train (a script that never reports progress)
 _STANDBY_WAIT_S = 60.0
+#: how long a vanished trainer may wait for Monarch's report before the probe handles it
+_EXIT_GRACE_S = 1.0
 
 
 @dataclass
@@ -88,6 +90,7 @@ class ReplicaActor(Actor):
         self._stopping: list["asyncio.Future[Any]"] = []
         self._finished: Optional[asyncio.Event] = None
         self._meshes = 0
+        self._gone_since: dict[int, float] = {}
 
     # -- meshes -----------------------------------------------------------
 
@@ -200,9 +203,29 @@ class ReplicaActor(Actor):
 
     # -- hang probe -------------------------------------------------------
 
+    async def _check_exited(self, mesh: _Attempt) -> None:
+        """Backstop for Monarch's report of a dead trainer.
+
+        When a trainer dies while this host spawns another mesh (the
+        standby), Monarch 0.7 can take 30 s to report it (a state query
+        times out). A trainer process that is gone for ``_EXIT_GRACE_S``
+        without a ``__supervise__`` is handled as failed here.
+        """
+        now = time.monotonic()
+        for rank, pid in enumerate(mesh.pids):
+            if process_state(pid) not in (None, "Z"):
+                continue
+            since = self._gone_since.setdefault(pid, now)
+            if now - since >= _EXIT_GRACE_S:
+                text = f"crashed_ranks=[{rank}]: trainer process {pid} is gone and Monarch has not reported it yet"
+                await self._trainer_failed(mesh, text)
+                return
+
     async def _probe_loop(self) -> None:
         while self.state in ("pending", "running", "restarting"):
             mesh = self.active
+            if mesh is not None and self.state == "running":
+                await self._check_exited(mesh)
             if mesh is not None and self.state == "running":
                 for hang in self.probe.check(dict(enumerate(mesh.pids))):
                     if hang.pid in self._hangs:
@@ -269,10 +292,14 @@ class ReplicaActor(Actor):
         if mesh is None or failure.mesh_name.rsplit("-", 1)[0] != mesh.name:
             # Monarch's own meshes (logger, SPMD setup) and meshes already retired.
             return True
+        return await self._trainer_failed(mesh, str(failure))
+
+    async def _trainer_failed(self, mesh: _Attempt, text: str) -> bool:
+        """Restarts ``mesh`` under the policy (True) or escalates (False); ``text`` is Monarch's report."""
         if mesh.attempt in self._handled or self.state != "running":
             return True  # another rank of a failure being handled
         self._handled.add(mesh.attempt)
-        cause = self._failure(mesh, str(failure))
+        cause = self._failure(mesh, text)
         logger.error("replica %s: %s", self.replica_id, cause.describe())
         self.run_dir.event(
             "detected",
@@ -288,7 +315,7 @@ class ReplicaActor(Actor):
             signal=cause.signal,
             traceback=cause.traceback[-4000:],
             related=[r.describe() for r in cause.related],
-            monarch=str(failure)[-2000:],
+            monarch=text[-2000:],
         )
         if self.supervisor.supervise(cause):
             self.state = "restarting"
@@ -299,6 +326,7 @@ class ReplicaActor(Actor):
         write_json(self.run_dir.escalation_path(self.replica_id), cause.escalated(self.supervisor.name).to_json())
         self._publish("escalated", failure=cause.describe())
         await self._retire_all()
+        self._done()
         return False
 
     async def _restart(self, old: _Attempt, delay: float) -> None:

@@ -61,11 +61,11 @@ class ReplicaActorScheduler(Scheduler):
         procs = this_host().spawn_procs(per_host={"procs": 1}, name=handle)
         actor = procs.spawn(handle, ReplicaActor, self.config.replica(spec.replica_id, self.lighthouse))
         allocation = _Allocation(spec.replica_id, procs, actor)
-        allocation.tasks.append(asyncio.ensure_future(self._watch(allocation)))
         self._allocations[handle] = allocation
+        allocation.tasks.append(asyncio.ensure_future(self._watch(handle, allocation)))
         return handle
 
-    async def _watch(self, allocation: _Allocation) -> None:
+    async def _watch(self, handle: str, allocation: _Allocation) -> None:
         try:
             state = await allocation.actor.run.call_one()
         except Exception as e:  # noqa: BLE001 - an escalation also arrives through __supervise__
@@ -73,6 +73,8 @@ class ReplicaActorScheduler(Scheduler):
             return
         if state == "succeeded" and allocation.state == ReplicaState.RUNNING:
             allocation.state = ReplicaState.SUCCEEDED
+        elif state == "failed":  # escalated without Monarch's help (the ReplicaActor's exit probe)
+            self.escalated(handle, "escalated by the ReplicaActor")
 
     def handle_of(self, mesh_name: str) -> Optional[str]:
         """The allocation a MeshFailure's mesh name belongs to."""
