@@ -78,7 +78,7 @@ def test_kill_and_exception_restart_in_place_heal_and_rejoin(tmp_path: Path) -> 
     """kill -9 then an exception in replica trainers: restart in place, the other replica keeps
     committing, the restarted one heals and rejoins; final parameters are bit-identical."""
     out = tmp_path / "demo"
-    command = [sys.executable, "-m", "torch_monarch.demo", "--orchestrator", "monarch", "--replicas", "2", "--workers", "2",
+    command = [sys.executable, "-m", "torch_monarch.demo", "--orchestrator", "monarch", "--replicas", "2", "--workers", "2", "--min-replicas", "1",
                "--duration", "24", "--every", "8", "--kinds", "kill,exc", "--no-baseline", "--status", "log", "--out", str(out)]
     result = _run(command, timeout=330)
     assert result.returncode == 0, result.stdout[-6000:]

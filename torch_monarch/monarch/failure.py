@@ -78,6 +78,9 @@ def trainer_failure(
             signal="SIGSTOP",
             detected_at=detected_at,
         )
+    report = read_json(log_dir / "error.json")
+    if status is None and isinstance(report, dict):
+        status = 1  # a trainer that reported its error exits with code 1 (TrainerActor, @supervised)
     if status is None:
         return Failure(
             who=who,
@@ -89,7 +92,6 @@ def trainer_failure(
             pid=pid,
             detected_at=detected_at,
         )
-    report = read_json(log_dir / "error.json")
     return Failure.from_exit(
         who=who,
         exitcode=status,

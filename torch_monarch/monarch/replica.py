@@ -50,7 +50,9 @@ _PROBE_INTERVAL_S = 0.1
 #: longest a standby waits for the running attempt to train (a script that never reports progress)
 _STANDBY_WAIT_S = 60.0
 #: how long a vanished trainer may wait for Monarch's report before the probe handles it
-_EXIT_GRACE_S = 1.0
+_EXIT_GRACE_S = 0.3
+#: trainer states after which a standby may be prepared
+_UP_STATES = ACTIVE_STATES | {"ready"}
 
 
 @dataclass
@@ -73,6 +75,19 @@ def _kill(pids: list[int]) -> None:
             pass
 
 
+def _zombie_exit_text(pid: int) -> str:
+    """A zombie's exit status (``/proc/<pid>/stat`` field 52) in Monarch's words, or ""."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        status = int(fields[-1])
+    except (OSError, IndexError, ValueError):
+        return ""
+    if os.WIFSIGNALED(status):
+        return f"Killed(sig={os.WTERMSIG(status)})"
+    return f"exited with non-zero code {os.WEXITSTATUS(status)}" if os.WEXITSTATUS(status) else ""
+
+
 class ReplicaActor(Actor):
     """Supervises one replica's trainer mesh; see the module docstring."""
 
@@ -91,6 +106,7 @@ class ReplicaActor(Actor):
         self._finished: Optional[asyncio.Event] = None
         self._meshes = 0
         self._gone_since: dict[int, float] = {}
+        self._exit_text: dict[int, str] = {}
 
     # -- meshes -----------------------------------------------------------
 
@@ -105,16 +121,17 @@ class ReplicaActor(Actor):
         return ready
 
     async def _spawn_when_training(self, running: _Attempt) -> _Attempt:
-        """The standby for the attempt after ``running``, spawned once ``running`` trains.
+        """The standby for the attempt after ``running``, spawned once ``running`` is up.
 
         Importing torch takes seconds of CPU; doing it while the new attempt
-        starts and heals would slow its rejoin. A failure of ``running``
-        ends the wait at once.
+        starts and heals would slow its rejoin, so it waits until the
+        running trainers are ready (at the demo's start barrier) or train.
+        A failure of ``running`` ends the wait at once.
         """
         deadline = time.monotonic() + _STANDBY_WAIT_S
         while self.active is running and self.state == "running" and time.monotonic() < deadline:
             statuses = [read_json(self.run_dir.worker_path(self.replica_id, r)) or {} for r in range(len(running.pids))]
-            if all(st.get("pid") == pid and st.get("state") in ACTIVE_STATES for st, pid in zip(statuses, running.pids)):
+            if all(st.get("pid") == pid and st.get("state") in _UP_STATES for st, pid in zip(statuses, running.pids)):
                 break
             await asyncio.sleep(_PROBE_INTERVAL_S)
         return await self._spawn(running.attempt + 1)
@@ -206,19 +223,24 @@ class ReplicaActor(Actor):
     async def _check_exited(self, mesh: _Attempt) -> None:
         """Backstop for Monarch's report of a dead trainer.
 
-        When a trainer dies while this host spawns another mesh (the
-        standby), Monarch 0.7 can take 30 s to report it (a state query
-        times out). A trainer process that is gone for ``_EXIT_GRACE_S``
-        without a ``__supervise__`` is handled as failed here.
+        While this host spawns other procs (e.g. standby meshes on a loaded
+        machine), Monarch 0.7 can report a dead proc seconds late (a state
+        query times out after 30 s). A trainer gone for ``_EXIT_GRACE_S``
+        without a ``__supervise__`` is handled here, with its exit status
+        read from its zombie while the host agent has not reaped it yet.
         """
         now = time.monotonic()
         for rank, pid in enumerate(mesh.pids):
-            if process_state(pid) not in (None, "Z"):
+            state = process_state(pid)
+            if state not in (None, "Z"):
                 continue
+            if state == "Z" and pid not in self._exit_text:
+                self._exit_text[pid] = _zombie_exit_text(pid)
             since = self._gone_since.setdefault(pid, now)
             if now - since >= _EXIT_GRACE_S:
-                text = f"crashed_ranks=[{rank}]: trainer process {pid} is gone and Monarch has not reported it yet"
-                await self._trainer_failed(mesh, text)
+                reason = self._exit_text.get(pid) or "its exit status was not observed"
+                text = f"crashed_ranks=[{rank}]: trainer process {pid} is gone ({reason}); found by the ReplicaActor's probe"
+                await self._trainer_failed(mesh, text, source="probe")
                 return
 
     async def _probe_loop(self) -> None:
@@ -292,9 +314,9 @@ class ReplicaActor(Actor):
         if mesh is None or failure.mesh_name.rsplit("-", 1)[0] != mesh.name:
             # Monarch's own meshes (logger, SPMD setup) and meshes already retired.
             return True
-        return await self._trainer_failed(mesh, str(failure))
+        return await self._trainer_failed(mesh, str(failure), source="monarch")
 
-    async def _trainer_failed(self, mesh: _Attempt, text: str) -> bool:
+    async def _trainer_failed(self, mesh: _Attempt, text: str, source: str) -> bool:
         """Restarts ``mesh`` under the policy (True) or escalates (False); ``text`` is Monarch's report."""
         if mesh.attempt in self._handled or self.state != "running":
             return True  # another rank of a failure being handled
@@ -305,6 +327,7 @@ class ReplicaActor(Actor):
             "detected",
             replica=self.replica_id,
             orchestrator="monarch",
+            source=source,
             kind=cause.kind.value,
             who=cause.who,
             rank=cause.rank,
