@@ -328,17 +328,8 @@ class ReplicaActor(Actor):
             replica=self.replica_id,
             orchestrator="monarch",
             source=source,
-            kind=cause.kind.value,
-            who=cause.who,
-            rank=cause.rank,
-            pid=cause.pid,
-            message=cause.message,
-            failure_time=cause.time,
-            failed_ranks=list(cause.failed_ranks),
-            signal=cause.signal,
-            traceback=cause.traceback[-4000:],
-            related=[r.describe() for r in cause.related],
             monarch=text[-2000:],
+            **cause.event_fields(),
         )
         if self.supervisor.supervise(cause):
             self.state = "restarting"
