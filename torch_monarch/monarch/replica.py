@@ -49,6 +49,8 @@ logger: logging.Logger = logging.getLogger(__name__)
 _PROBE_INTERVAL_S = 0.1
 #: longest a standby waits for the running attempt to train (a script that never reports progress)
 _STANDBY_WAIT_S = 60.0
+#: how long stopping waits for a standby mesh still starting (to stop it too)
+_STANDBY_STOP_WAIT_S = 120.0
 #: how long a vanished trainer may wait for Monarch's report before the probe handles it
 _EXIT_GRACE_S = 0.3
 #: trainer states after which a standby may be prepared
@@ -134,6 +136,8 @@ class ReplicaActor(Actor):
             if all(st.get("pid") == pid and st.get("state") in _UP_STATES for st, pid in zip(statuses, running.pids)):
                 break
             await asyncio.sleep(_PROBE_INTERVAL_S)
+        if self.state not in ("running", "restarting"):
+            raise RuntimeError(f"replica {self.replica_id} is {self.state}: no standby needed")
         return await self._spawn(running.attempt + 1)
 
     async def _next_mesh(self, attempt: int) -> _Attempt:
@@ -193,7 +197,7 @@ class ReplicaActor(Actor):
         standby, self._standby = self._standby, None
         if standby is not None:
             try:
-                self._retire(await asyncio.wait_for(standby, timeout=60.0))
+                self._retire(await asyncio.wait_for(standby, timeout=_STANDBY_STOP_WAIT_S))
             except Exception:  # noqa: BLE001 - a standby that never started has nothing to stop
                 pass
         await asyncio.gather(*self._stopping, return_exceptions=True)
