@@ -116,6 +116,12 @@ class ReplicaActorScheduler(Scheduler):
             logger.warning("replica %s: stop: %s", allocation.replica_id, e)
         await allocation.procs.stop()
 
+    def close(self) -> None:
+        """Stops the replicas that finished too (their procs stay until stopped)."""
+        for allocation in self._allocations.values():
+            if allocation.state == ReplicaState.SUCCEEDED:
+                self._stopping.append(asyncio.ensure_future(self._stop(allocation)))
+
     async def drain(self) -> None:
         """Waits for every stop this scheduler started."""
         while self._stopping:
