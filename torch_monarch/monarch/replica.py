@@ -172,7 +172,8 @@ class ReplicaActor(Actor):
         self.probe.reset()
         self._publish("running")
         self.run_dir.event("workers_started", replica=self.replica_id, attempt=mesh.attempt, pids=mesh.pids)
-        self._standby = asyncio.ensure_future(self._spawn_when_training(mesh))
+        if self._standby is None:
+            self._standby = asyncio.ensure_future(self._spawn_when_training(mesh))
         asyncio.ensure_future(self._run(mesh))
 
     async def _run(self, mesh: _Attempt) -> None:
@@ -269,7 +270,12 @@ class ReplicaActor(Actor):
         """Starts the first attempt and returns when the replica has finished ("succeeded")."""
         self._finished = asyncio.Event()
         asyncio.ensure_future(self._probe_loop())
-        await self._activate(await self._spawn(0))
+        # The first standby starts with the first attempt, so its torch import is part
+        # of the job's start-up, not of the first restart.
+        first, standby = await asyncio.gather(self._spawn(0), self._spawn(1))
+        self._standby = asyncio.get_running_loop().create_future()
+        self._standby.set_result(standby)
+        await self._activate(first)
         await self._finished.wait()
         return self.state
 
