@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
 
 from torch_monarch.quorum.lighthouse import LighthouseConfig
 from torch_monarch.supervision.policy import RestartPolicy
@@ -35,19 +34,6 @@ class TrainerSpec:
 
 
 @dataclass(frozen=True)
-class ReplicaConfig:
-    """One replica: its trainers, restart policy and hang probe."""
-
-    replica_id: str
-    replicas: int
-    trainer: TrainerSpec
-    run_dir: str
-    lighthouse: str
-    policy: RestartPolicy = field(default_factory=RestartPolicy)
-    hang: HangConfig = field(default_factory=HangConfig)
-
-
-@dataclass(frozen=True)
 class MonarchJobConfig:
     """A job of ``replicas`` replicas under an :class:`OrchestrationManager`.
 
@@ -68,9 +54,18 @@ class MonarchJobConfig:
     lighthouse: LighthouseConfig = field(default_factory=LighthouseConfig)
     lighthouse_address: str = ""
 
-    def replica(self, replica_id: str, lighthouse: str) -> ReplicaConfig:
-        return ReplicaConfig(replica_id, self.replicas, self.trainer, self.run_dir, lighthouse, self.policy, self.hang)
+    def replica(self, replica_id: str, lighthouse: str) -> "ReplicaConfig":
+        return ReplicaConfig(replica_id, lighthouse, self)
 
     @property
     def replica_ids(self) -> list[str]:
         return [str(i) for i in range(self.replicas)]
+
+
+@dataclass(frozen=True)
+class ReplicaConfig:
+    """What one ReplicaActor is told: its id, the Lighthouse's address, and the job."""
+
+    replica_id: str
+    lighthouse: str
+    job: MonarchJobConfig

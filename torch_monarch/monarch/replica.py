@@ -96,9 +96,9 @@ class ReplicaActor(Actor):
     def __init__(self, config: ReplicaConfig) -> None:
         self.config = config
         self.replica_id = config.replica_id
-        self.run_dir = RunDir(config.run_dir)
-        self.supervisor = ReplicaSupervisor(config.replica_id, config.policy, self.run_dir)
-        self.probe = HangProbe(config.hang, self.run_dir, config.replica_id)
+        self.run_dir = RunDir(config.job.run_dir)
+        self.supervisor = ReplicaSupervisor(config.replica_id, config.job.policy, self.run_dir)
+        self.probe = HangProbe(config.job.hang, self.run_dir, config.replica_id)
         self.active: Optional[_Attempt] = None
         self.state = "pending"
         self._standby: Optional["asyncio.Future[_Attempt]"] = None
@@ -115,10 +115,10 @@ class ReplicaActor(Actor):
     async def _spawn(self, attempt: int) -> _Attempt:
         self._meshes += 1  # a unique name: failures of retired meshes are told apart by it
         name = f"trainers_r{self.replica_id}_m{self._meshes}"
-        procs = this_host().spawn_procs(per_host={"procs": self.config.trainer.nproc}, name=name)
+        procs = this_host().spawn_procs(per_host={"procs": self.config.job.trainer.nproc}, name=name)
         trainers = procs.spawn(name, TrainerActor)
-        pids = await trainers.preload.call(list(self.config.trainer.preload))
-        ready = _Attempt(attempt, name, procs, trainers, [pids.get(r) for r in range(self.config.trainer.nproc)])
+        pids = await trainers.preload.call(list(self.config.job.trainer.preload))
+        ready = _Attempt(attempt, name, procs, trainers, [pids.get(r) for r in range(self.config.job.trainer.nproc)])
         self.run_dir.event("standby_ready", replica=self.replica_id, attempt=attempt, pids=ready.pids)
         return ready
 
@@ -153,11 +153,11 @@ class ReplicaActor(Actor):
 
     def _env(self, attempt: int) -> dict[str, str]:
         return {
-            **self.config.trainer.env,
+            **self.config.job.trainer.env,
             "MONARCH_REPLICA_ID": self.replica_id,
             "REPLICA_GROUP_ID": self.replica_id,
-            "NUM_REPLICA_GROUPS": str(self.config.replicas),
-            "MONARCH_RUN_DIR": self.config.run_dir,
+            "NUM_REPLICA_GROUPS": str(self.config.job.replicas),
+            "MONARCH_RUN_DIR": self.config.job.run_dir,
             "TORCHFT_LIGHTHOUSE": self.config.lighthouse,
             "TORCHELASTIC_RESTART_COUNT": str(attempt),
         }
@@ -178,7 +178,7 @@ class ReplicaActor(Actor):
 
     async def _run(self, mesh: _Attempt) -> None:
         try:
-            await mesh.trainers.run.call(self.config.trainer, self._env(mesh.attempt), str(self._log_dir(mesh.attempt)))
+            await mesh.trainers.run.call(self.config.job.trainer, self._env(mesh.attempt), str(self._log_dir(mesh.attempt)))
         except Exception:  # noqa: BLE001 - a failed trainer is handled by __supervise__
             return
         if self.active is mesh and self.state == "running":
