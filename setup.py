@@ -280,11 +280,15 @@ setup(
             "torchx==0.7.0",
             "kubernetes",
             "matplotlib",
+            # the Monarch orchestrator's tests run real Monarch (CPU wheel).
+            "torchmonarch==0.7.0",
         ],
         # Fault tolerance across replicas: quorum, monarch-run --replicas, torch_monarch.torchft.
         "ft": ["torchft"],
         # python -m torch_monarch.demo (timeline.png needs matplotlib).
         "demo": ["torchft", "matplotlib"],
+        # --orchestrator monarch: real Monarch actors supervise the job (torch_monarch.monarch).
+        "monarch": ["torchft", "torchmonarch==0.7.0"],
         # SLURM / Kubernetes replicas through TorchX (Kubernetes also needs its client).
         "cluster": ["torchx==0.7.0", "kubernetes"],
     },

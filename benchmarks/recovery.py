@@ -8,6 +8,10 @@ without failures for the same time (the goodput baseline):
     "monarch" backend inside replicas, ProcessGroupMonarch across them,
     Lighthouse heartbeat timeout 1 s / join timeout 5 s, hang probes, restart
     backoff 0.5 s, workers forked from a preloaded forkserver.
+``monarch-actors``
+    the ``monarch`` setup supervised by real Monarch actors instead of the
+    embedded orchestrator (``--orchestrator monarch``: OrchestrationManager,
+    ReplicaActors restarting their trainer mesh from a standby mesh).
 ``torchft-default``
     what TorchFT ships: Gloo inside replicas (torch's default 30 min op
     timeout), TorchFT's ProcessGroupGloo across them, Manager and
@@ -22,6 +26,7 @@ goodput. Prints a table and one JSON line.
 
     PYTHONPATH=. python benchmarks/recovery.py                   # 4 replicas x 2 workers, every kind once
     PYTHONPATH=. python benchmarks/recovery.py --repeats 2 --kinds kill,hang
+    PYTHONPATH=. python benchmarks/recovery.py --orchestrator monarch     # adds the monarch-actors rows
 """
 
 from __future__ import annotations
@@ -49,6 +54,13 @@ SETUPS: dict[str, dict[str, Any]] = {
         "lighthouse": None,  # torch_monarch's defaults
         "extra_args": [],
         "preload": True,
+    },
+    "monarch-actors": {
+        "env": {"MONARCH_FT_PG": "monarch", "MONARCH_DEMO_BACKEND": "monarch"},
+        "lighthouse": None,
+        "extra_args": [],
+        "preload": True,
+        "orchestrator": "monarch",
     },
     "torchft-default": {
         "env": {
@@ -89,6 +101,7 @@ def run_setup(name: str, args: argparse.Namespace, out: Path) -> dict[str, Any]:
         lighthouse=setup["lighthouse"],
         extra_args=setup["extra_args"],
         preload=setup["preload"],
+        orchestrator=setup.get("orchestrator", "embedded"),
         stop_timeout_s=args.stop_timeout,
     )
     print(f"[{name}] with failures ({', '.join(kinds)}; every {args.every:.0f}s, {duration:.0f}s)", flush=True)
@@ -118,6 +131,7 @@ def by_kind(records: list[FailureRecord]) -> dict[str, dict[str, Any]]:
         out[kind] = {
             "n": len(rs),
             "recovered": sum(r.recovered for r in rs),
+            "detection_s": _median([r.detection_s for r in rs if r.detection_s is not None]),
             "healthy_next_commit_s": _median([r.healthy_reform_s for r in rs if r.healthy_reform_s is not None]),
             "healthy_max_stall_s": max((r.healthy_stall_s for r in rs if r.healthy_stall_s is not None), default=None),
             "rejoin_s": _median([r.rejoin_s for r in rs if r.rejoin_s is not None]) if all(r.recovered for r in rs) else None,
@@ -136,7 +150,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--stop-timeout", type=float, default=60.0)
     p.add_argument("--out", default="")
+    p.add_argument("--orchestrator", choices=["embedded", "monarch"], default="embedded",
+                   help="monarch: also run the monarch-actors setup (real Monarch actors orchestrate)")
     args = p.parse_args(argv)
+    if args.orchestrator == "monarch" and "monarch-actors" not in args.setups.split(","):
+        args.setups += ",monarch-actors"
     out = Path(args.out or tempfile.mkdtemp(prefix="monarch-recovery-"))
     results = [run_setup(name, args, out) for name in args.setups.split(",") if name]
 
@@ -144,7 +162,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     print(f"Recovery from injected failures: {args.replicas} replicas x {args.workers} workers, one failure every {args.every:.0f}s")
     print("healthy next commit: injection -> first commit of the healthy replicas in the reformed quorum (median)")
     print("healthy stall: longest gap between two commits of a healthy replica (max); rejoin: injection -> failed replica commits again (median)")
-    header = f"{'kind':<6} {'setup':<16} {'n':>2} {'recovered':>9} {'healthy next commit s':>22} {'healthy stall s':>16} {'rejoin s':>9}"
+    header = f"{'kind':<6} {'setup':<16} {'n':>2} {'recovered':>9} {'detection s':>12} {'healthy next commit s':>22} {'healthy stall s':>16} {'rejoin s':>9}"
     print(header)
     kinds = list(dict.fromkeys(k for r in results for k in by_kind(r["records"])))
     for kind in kinds:
@@ -153,7 +171,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             if k is None:
                 continue
             print(
-                f"{kind:<6} {r['setup']:<16} {k['n']:>2} {k['recovered']:>9} {_fmt(k['healthy_next_commit_s']):>22} "
+                f"{kind:<6} {r['setup']:<16} {k['n']:>2} {k['recovered']:>9} {_fmt(k['detection_s']):>12} {_fmt(k['healthy_next_commit_s']):>22} "
                 f"{_fmt(k['healthy_max_stall_s']):>16} {_fmt(k['rejoin_s']):>9}"
             )
     for r in results:

@@ -11,6 +11,7 @@ import ctypes
 import os
 import signal
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -41,10 +42,13 @@ def main() -> None:
     parser.add_argument("--fail-rank", type=int, default=1)
     parser.add_argument("--fail-step", type=int, default=5)
     parser.add_argument("--fail-attempts", default="first", choices=["first", "always"])
+    parser.add_argument("--step-time", type=float, default=0.0, help="seconds of (simulated) compute per step")
+    parser.add_argument("--fail-replica", default="", help="only this replica fails (default: every replica)")
     args = parser.parse_args()
     ctx = supervision.worker_context()
     dist.init_process_group("monarch")
     failing = args.fail and ctx.rank == args.fail_rank and (args.fail_attempts == "always" or ctx.restart_count == 0)
+    failing = failing and args.fail_replica in ("", ctx.replica_id)
     for step in range(args.steps):
         if failing and step == args.fail_step:
             fail_here(args.fail)
@@ -52,6 +56,7 @@ def main() -> None:
         dist.all_reduce(t)
         assert t[0].item() == sum(range(1, dist.get_world_size() + 1))
         supervision.report_progress(step)
+        time.sleep(args.step_time)  # stands in for a step's compute
     supervision.report_progress(args.steps, state="done")
     print(f"rank {ctx.rank} attempt {ctx.restart_count} done", flush=True)
     dist.destroy_process_group()

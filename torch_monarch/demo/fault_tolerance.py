@@ -52,6 +52,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--kinds", default=",".join(DEFAULT_KINDS), help="failure kinds, in order (default: %(default)s)")
     p.add_argument("--seed", type=int, default=1, help="victim selection seed")
     p.add_argument("--status", choices=["live", "log", "none"], default="", help="progress view (default: live on a terminal)")
+    p.add_argument(
+        "--orchestrator",
+        choices=["embedded", "monarch"],
+        default="embedded",
+        help="who supervises the replicas: embedded (default) or monarch (real Monarch actors; pip install 'torch_monarch[monarch]')",
+    )
     p.add_argument("--no-baseline", action="store_true", help="skip the failure-free run (no goodput or loss comparison)")
     return p
 
@@ -67,6 +73,7 @@ def _phase_spec(args: argparse.Namespace, name: str, out: Path, inject: Optional
         inject=inject,
         status=args.status or ("live" if sys.stdout.isatty() else "log"),
         config=DemoConfig().with_env_overrides(),
+        orchestrator=args.orchestrator,
     )
 
 
@@ -137,6 +144,14 @@ def _interrupt(signum: int, frame: Any) -> None:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
+    if args.orchestrator == "monarch":
+        from torch_monarch.monarch._require import MonarchUnavailableError, require_monarch
+
+        try:
+            require_monarch()
+        except MonarchUnavailableError as e:
+            print(f"torch_monarch demo: {e}", file=sys.stderr)
+            return 2
     # SIGTERM unwinds like Ctrl-C, so every phase stops its replicas on the way out.
     signal.signal(signal.SIGTERM, _interrupt)
     logging.basicConfig(level=os.environ.get("MONARCH_RUN_LOG_LEVEL", "WARNING"), format="[%(asctime)s %(name)s %(levelname)s] %(message)s")

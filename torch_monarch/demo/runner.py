@@ -21,7 +21,7 @@ from typing import Optional
 from torch_monarch.demo.config import DemoConfig
 from torch_monarch.launch.args import parse_args
 from torch_monarch.launch.inject import FailureInjector, Injection, InjectionSpec
-from torch_monarch.launch.job import Job
+from torch_monarch.launch.job import Job, make_job
 from torch_monarch.launch.status_view import StatusView, replica_rows
 from torch_monarch.quorum.lighthouse import LighthouseConfig
 from torch_monarch.supervision.rundir import read_json, write_json
@@ -55,6 +55,8 @@ class PhaseSpec:
     extra_args: list[str] = field(default_factory=list)
     #: fork workers from a preloaded forkserver (else new interpreters, like torchrun)
     preload: bool = True
+    #: who supervises the replicas: "embedded" or "monarch" (real Monarch actors)
+    orchestrator: str = "embedded"
 
 
 @dataclass
@@ -90,6 +92,8 @@ def _args(spec: PhaseSpec) -> list[str]:
         "3",
         "--run-dir",
         str(spec.run_dir),
+        "--orchestrator",
+        spec.orchestrator,
         *spec.extra_args,
         _TRAIN_SCRIPT,
     ]
@@ -113,7 +117,7 @@ def run_phase(spec: PhaseSpec) -> PhaseResult:
     lighthouse = None
     if spec.lighthouse is not None:
         lighthouse = dataclasses.replace(spec.lighthouse, min_replicas=spec.min_replicas)
-    job = Job(args, lighthouse=lighthouse, env={**spec.config.to_env(), "MONARCH_START_BARRIER": "1", **spec.env})
+    job = make_job(args, lighthouse=lighthouse, env={**spec.config.to_env(), "MONARCH_START_BARRIER": "1", **spec.env})
     view = StatusView(job.run_dir, job.replica_ids, mode=spec.status, title=f"monarch demo: {spec.name}", log_every_s=10.0)
     injector = FailureInjector(job.run_dir, spec.inject, job.replica_ids) if spec.inject else None
     result = PhaseResult(spec)

@@ -134,6 +134,14 @@ def get_args_parser() -> argparse.ArgumentParser:
     )
     _add(group, "--scheduler-cfg", default="", help="TorchX run options, e.g. 'partition=gpu,time=60'.")
     _add(group, "--image", default="", help="Image or working directory for cluster schedulers.")
+    _add(
+        group,
+        "--orchestrator",
+        choices=["embedded", "monarch"],
+        default=_env("MONARCH_ORCHESTRATOR", "embedded"),
+        help="Who supervises the replicas: embedded (torchrun's elastic agent; default) or monarch "
+        "(real Monarch actors; pip install 'torch_monarch[monarch]').",
+    )
     _add(group, "--dryrun", action="store_true", help="Print each replica's job spec and exit.")
     _add(group, "--replica-id", default=None, help=argparse.SUPPRESS)
     return parser

@@ -23,13 +23,14 @@ from torch_monarch.launch.inject import FailureInjector, InjectionSpec
 from torch_monarch.launch.replica_main import replica_args
 from torch_monarch.launch.status_view import StatusView
 from torch_monarch.quorum.lighthouse import EmbeddedLighthouse, LighthouseConfig
+from torch_monarch.supervision.failure import Failure
 from torch_monarch.supervision.orchestrator import Orchestrator
 from torch_monarch.supervision.policy import RestartPolicy
 from torch_monarch.supervision.rundir import RunDir
 from torch_monarch.supervision.scheduler.base import ReplicaSpec, Scheduler
 from torch_monarch.supervision.scheduler.local import LocalScheduler
 
-__all__ = ["Job", "run_job"]
+__all__ = ["Job", "make_job", "run_job"]
 
 logger: logging.Logger = logging.getLogger(__name__)
 
@@ -144,6 +145,16 @@ class Job:
     def succeeded(self) -> bool:
         return self.orchestrator is not None and self.orchestrator.succeeded
 
+    @property
+    def fatal(self) -> Optional[Failure]:
+        """The failure that ended the job, if one did."""
+        return self.orchestrator.fatal if self.orchestrator is not None else None
+
+    @property
+    def failure_message(self) -> Optional[str]:
+        """Why the job ended without a replica failure to show (the Monarch orchestrator only)."""
+        return None
+
     def stop(self) -> None:
         # Stopping must not be cut short by a second Ctrl-C (replicas would be left behind).
         in_main = threading.current_thread() is threading.main_thread()
@@ -172,9 +183,21 @@ class Job:
         self.stop()
 
 
+def make_job(args: argparse.Namespace, **kwargs: Any) -> Job:
+    """The job of ``args.orchestrator``: embedded (default) or monarch (real Monarch actors)."""
+    if getattr(args, "orchestrator", "embedded") == "monarch":
+        from torch_monarch.monarch._require import require_monarch
+
+        require_monarch()
+        from torch_monarch.monarch.job import MonarchJob
+
+        return MonarchJob(args, **kwargs)
+    return Job(args, **kwargs)
+
+
 def run_job(args: argparse.Namespace) -> int:
     """``monarch-run`` with replica groups: returns the process exit code."""
-    job = Job(args)
+    job = make_job(args)
     if args.dryrun:
         for spec in job.replica_specs():
             print(f"# replica {spec.replica_id} ({job.scheduler.name})")
@@ -211,10 +234,12 @@ def run_job(args: argparse.Namespace) -> int:
     if stop.is_set():
         print("monarch-run: interrupted", file=sys.stderr)
         return 130
-    assert job.orchestrator is not None
-    if job.orchestrator.fatal is not None:
-        print(f"monarch-run: job failed: {job.orchestrator.fatal.describe()}", file=sys.stderr)
-        if job.orchestrator.fatal.traceback:
-            print(job.orchestrator.fatal.traceback, file=sys.stderr)
+    fatal = job.fatal
+    if fatal is not None:
+        print(f"monarch-run: job failed: {fatal.describe()}", file=sys.stderr)
+        if fatal.traceback:
+            print(fatal.traceback, file=sys.stderr)
         return 1
+    if job.failure_message:
+        print(f"monarch-run: job failed: {job.failure_message}", file=sys.stderr)
     return 0 if job.succeeded else 1

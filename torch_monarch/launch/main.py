@@ -36,7 +36,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from torch_monarch.launch.replica_main import run_replica_mode
 
         return run_replica_mode(args)
-    if args.replicas == 1 and args.scheduler == "local" and not args.inject_failures and not args.dryrun:
+    single = args.replicas == 1 and args.scheduler == "local" and not args.inject_failures and not args.dryrun
+    if single and args.orchestrator == "embedded":
         from torch_monarch.launch.replica_main import run_replica_mode
         from torch_monarch.quorum.lighthouse import EmbeddedLighthouse, LighthouseConfig
 
@@ -49,10 +50,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             args.lighthouse = lighthouse.address
             return run_replica_mode(args)
     from torch_monarch.launch.job import run_job
+    from torch_monarch.monarch._require import MonarchUnavailableError
 
     if args.redirects == "0" and args.tee == "0":
         args.redirects = "3"  # worker output goes to the run directory; the console shows the status view
-    return run_job(args)
+    try:
+        return run_job(args)
+    except MonarchUnavailableError as e:
+        print(f"monarch-run: {e}", file=sys.stderr)
+        return 2
 
 
 def console_main() -> None:

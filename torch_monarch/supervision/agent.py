@@ -160,19 +160,7 @@ class MonarchAgent(LocalElasticAgent):
             self._last_failure = failure
             self.failures.append(failure)
             logger.error("replica %s: %s", self._replica_id, failure.describe())
-            self._event(
-                "detected",
-                kind=failure.kind.value,
-                who=failure.who,
-                rank=failure.rank,
-                pid=failure.pid,
-                message=failure.message,
-                failure_time=failure.time,
-                failed_ranks=list(failure.failed_ranks),
-                signal=failure.signal,
-                traceback=failure.traceback[-4000:],
-                related=[r.describe() for r in failure.related],
-            )
+            self._event("detected", **failure.event_fields())
         return result
 
     def _restart_workers(self, worker_group: WorkerGroup) -> None:

@@ -110,6 +110,21 @@ class Failure:
             what = f"collective (failed ranks {list(self.failed_ranks)})"
         return f"{self.who}: {what}: {self.message}"
 
+    def event_fields(self) -> dict[str, Any]:
+        """What a supervisor's ``detected`` event in the run directory records of this failure."""
+        return dict(
+            kind=self.kind.value,
+            who=self.who,
+            rank=self.rank,
+            pid=self.pid,
+            message=self.message,
+            failure_time=self.time,
+            failed_ranks=list(self.failed_ranks),
+            signal=self.signal,
+            traceback=self.traceback[-4000:],
+            related=[r.describe() for r in self.related],
+        )
+
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["kind"] = self.kind.value

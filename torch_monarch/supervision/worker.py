@@ -47,6 +47,7 @@ from torch_monarch.supervision.rundir import RunDir, append_jsonl, read_json, wr
 
 __all__ = [
     "ACTIVE_STATES",
+    "error_reported",
     "InjectedFailure",
     "WorkerContext",
     "init_worker",
@@ -248,6 +249,11 @@ def report_training_error(exc: Optional[BaseException] = None, *, kind: Optional
         )
     _state.reported_error = True
     return report
+
+
+def error_reported() -> bool:
+    """True once this process has called :func:`report_training_error`."""
+    return _state.reported_error
 
 
 def register_drill(kind: str, action: Callable[[], None]) -> None:

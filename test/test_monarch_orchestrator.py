@@ -1,0 +1,159 @@
+"""The Monarch orchestrator under real Monarch (torchmonarch), CPU, 2 replicas x 2 trainers.
+
+Each job runs as a subprocess in its own session (the Monarch client);
+afterwards every process the job reported (trainers, standby trainers,
+ReplicaActors, the OrchestrationManager, the LighthouseActor) must be gone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("monarch.actor")
+pytest.importorskip("torchft")
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = REPO_ROOT / "test" / "scripts" / "supervised_steps.py"
+
+
+def _env() -> dict[str, str]:
+    path = os.pathsep.join(filter(None, [str(REPO_ROOT), str(REPO_ROOT / "test"), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": path, "MONARCH_RUN_LOG_LEVEL": "WARNING"}
+
+
+def _run(command: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+    process = subprocess.Popen(command, env=_env(), cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        output, _ = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        output, _ = process.communicate()
+        pytest.fail(f"{command[2]} did not finish in {timeout:.0f}s:\n{output[-6000:]}")
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    return subprocess.CompletedProcess(command, process.returncode, output, "")
+
+
+def _events(run_dir: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines() if line.strip()]
+
+
+def _job_pids(run_dir: Path, events: list[dict[str, Any]]) -> set[int]:
+    pids: set[int] = set()
+    for e in events:
+        if e["event"] in ("workers_started", "standby_ready"):
+            pids.update(e["pids"])
+        if e["event"] == "orchestration_started":
+            pids.update(p for p in (e["pid"], e.get("lighthouse_pid")) if p)
+    for agent in (run_dir / "replicas").glob("*/agent.json"):
+        pids.add(json.loads(agent.read_text())["pid"])
+    return pids
+
+
+def _assert_all_gone(pids: set[int]) -> None:
+    alive = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read().replace(b"\0", b" ").decode()
+        except FileNotFoundError:
+            continue
+        if "python" in cmdline or "monarch" in cmdline:
+            alive.append((pid, cmdline[:120]))
+    assert not alive, f"processes left behind: {alive}"
+
+
+@pytest.mark.timeout(360)
+def test_kill_and_exception_restart_in_place_heal_and_rejoin(tmp_path: Path) -> None:
+    """kill -9 then an exception in replica trainers: restart in place, the other replica keeps
+    committing, the restarted one heals and rejoins; final parameters are bit-identical."""
+    out = tmp_path / "demo"
+    command = [sys.executable, "-m", "torch_monarch.demo", "--orchestrator", "monarch", "--replicas", "2", "--workers", "2", "--min-replicas", "1",
+               "--duration", "24", "--every", "8", "--kinds", "kill,exc", "--no-baseline", "--status", "log", "--out", str(out)]
+    result = _run(command, timeout=330)
+    assert result.returncode == 0, result.stdout[-6000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["failures_injected"] == 2, summary
+    assert summary["failures_recovered"] == 2, summary
+    assert summary["final_params_identical"] is True
+    run_dir = out / "with_failures"
+    events = _events(run_dir)
+    failures = {f["kind"]: f for f in summary["failures"]}
+    window = next(e["t"] for e in events if e["event"] == "window_start")
+    # The kill reached the victim's ReplicaActor as a signal, within the fast supervision poll.
+    detected = [e for e in events if e["event"] == "detected" and e.get("orchestrator") == "monarch"]
+    assert [e["kind"] for e in detected] == ["signal", "exception"], detected
+    assert detected[0]["signal"] == "SIGKILL"
+    # The exception's traceback came with it, from the trainer's report_training_error.
+    assert "InjectedFailure" in detected[1]["traceback"] and "train.py" in detected[1]["traceback"]
+    for kind in ("kill", "exc"):
+        f = failures[kind]
+        victim = str(f["replica"])
+        other = next(r for r in ("0", "1") if r != victim)
+        # Restarted in place by its ReplicaActor (a new attempt, no replacement replica) ...
+        assert any(e["event"] == "restart_scheduled" and e["replica"] == victim for e in events)
+        assert not any(e["event"] == "replica_replacing" for e in events)
+        # ... while the other replica kept committing until the victim was back.
+        injected, rejoined = window + f["injected_s"], window + f["rejoined_s"]
+        steps = [json.loads(line)["t"] for line in (run_dir / "replicas" / other / "steps.jsonl").read_text().splitlines()]
+        assert sum(1 for t in steps if injected < t < rejoined) >= 1, (kind, f)
+    _assert_all_gone(_job_pids(run_dir, events))
+
+
+@pytest.mark.timeout(240)
+def test_exhausted_restarts_escalate_and_job_goes_on_with_min_replicas(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    command = [sys.executable, "-m", "torch_monarch.run", "--orchestrator", "monarch", "--replicas", "2", "--nproc-per-node", "2",
+               "--min-replicas", "1", "--max-restarts", "1", "--restart-backoff", "0", "--replace-replicas", "0",
+               "--status", "none", "--run-dir", str(run_dir), str(SCRIPT), "--steps", "300", "--step-time", "0.1", "--fail", "exc", "--fail-step", "3",
+               "--fail-attempts", "always", "--fail-replica", "1"]
+    result = _run(command, timeout=220)
+    assert result.returncode == 0, result.stdout[-6000:]
+    events = _events(run_dir)
+    names = [(e["event"], e.get("replica")) for e in events]
+    # Replica 1: one restart in place (the policy's budget), then escalated to the OrchestrationManager ...
+    assert names.count(("restart_scheduled", "1")) == 1, names
+    assert ("escalated", "1") in names
+    escalation = json.loads((run_dir / "replicas" / "1" / "escalation.json").read_text())
+    assert escalation["kind"] == "exception" and "planned failure in fail_here" in escalation["traceback"]
+    assert escalation["escalated_by"] == ["replica 1"]
+    # ... which, with no replacement allowed, went on with replica 0 (min_replicas=1), to the end.
+    assert ("replica_dropped", "1") in names
+    assert ("replica_succeeded", "0") in names
+    assert ("restart_scheduled", "0") not in names
+    _assert_all_gone(_job_pids(run_dir, events))
+
+
+def _without_monarch(module: str, args: list[str]) -> subprocess.CompletedProcess[str]:
+    code = f"import sys; sys.modules['monarch'] = None; import runpy; sys.argv = ['x', *{args!r}]; runpy.run_module({module!r}, run_name='__main__')"
+    return subprocess.run([sys.executable, "-c", code], env=_env(), cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.timeout(150)
+def test_missing_torchmonarch_names_the_extra(tmp_path: Path) -> None:
+    run = _without_monarch("torch_monarch.run", ["--orchestrator", "monarch", "--replicas", "2", "--run-dir", str(tmp_path / "r"), str(SCRIPT)])
+    assert run.returncode == 2, run.stderr[-3000:]
+    assert "pip install 'torch_monarch[monarch]'" in run.stderr
+    demo = _without_monarch("torch_monarch.demo", ["--orchestrator", "monarch", "--out", str(tmp_path / "d")])
+    assert demo.returncode == 2, demo.stderr[-3000:]
+    assert "pip install 'torch_monarch[monarch]'" in demo.stderr
+    assert not (tmp_path / "d" / "with_failures").exists()
+
+
+@pytest.mark.timeout(60)
+def test_unknown_orchestrator_is_rejected() -> None:
+    for module in ("torch_monarch.run", "torch_monarch.demo"):
+        result = subprocess.run([sys.executable, "-m", module, "--orchestrator", "kubernetes", str(SCRIPT)], env=_env(), cwd=REPO_ROOT,
+                                capture_output=True, text=True, timeout=50)
+        assert result.returncode == 2
+        assert "invalid choice: 'kubernetes'" in result.stderr

@@ -1,0 +1,104 @@
+"""A Monarch ``MeshFailure`` as the supervision tree's :class:`Failure`.
+
+Monarch names the crashed ranks and the reason (signal, exit code) only in
+the failure's text, e.g. ``crashed_ranks=[0] ... failed: Killed(sig=9)`` or
+``exited with non-zero code 1``. The rest of the evidence is what the
+trainer left behind: its ``report_training_error`` file (exception and
+traceback) and its stderr log (faulthandler's stacks after a segfault).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Optional
+
+from torch_monarch.supervision.failure import Failure, FailureKind
+from torch_monarch.supervision.rundir import read_json
+
+__all__ = ["crashed_ranks", "exit_status", "trainer_failure"]
+
+_RANKS = re.compile(r"crashed_ranks=\[([0-9, ]*)\]")
+_SIGNAL = re.compile(r"Killed\(sig=(\d+)\)")
+_EXIT = re.compile(r"exited with non-zero code (-?\d+)")
+
+
+def crashed_ranks(text: str) -> list[int]:
+    """The ranks a MeshFailure's text names."""
+    match = _RANKS.search(text)
+    if not match:
+        return []
+    return [int(r) for r in match.group(1).split(",") if r.strip()]
+
+
+def exit_status(text: str) -> Optional[int]:
+    """The crashed process's exit status, negative for a signal; None when not a process exit."""
+    match = _SIGNAL.search(text)
+    if match:
+        return -int(match.group(1))
+    match = _EXIT.search(text)
+    if match:
+        return int(match.group(1))
+    return None
+
+
+def _tail(path: Path, limit: int = 64 * 1024) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - limit))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def trainer_failure(
+    text: str,
+    *,
+    replica_id: str,
+    rank: int,
+    pid: Optional[int],
+    log_dir: Path,
+    detected_at: float,
+    hang_reason: Optional[str] = None,
+) -> Failure:
+    """The failure of trainer ``rank`` from Monarch's ``text`` and the files in ``log_dir``."""
+    who = f"replica {replica_id} / rank {rank} (pid {pid})"
+    status = exit_status(text)
+    if hang_reason is not None:
+        return Failure(
+            who=who,
+            kind=FailureKind.HANG,
+            time=detected_at,
+            message=hang_reason,
+            replica_id=replica_id,
+            rank=rank,
+            pid=pid,
+            exitcode=status,
+            signal="SIGSTOP",
+            detected_at=detected_at,
+        )
+    report = read_json(log_dir / "error.json")
+    if status is None and isinstance(report, dict):
+        status = 1  # a trainer that reported its error exits with code 1 (TrainerActor, @supervised)
+    if status is None:
+        return Failure(
+            who=who,
+            kind=FailureKind.EXIT_CODE,
+            time=detected_at,
+            message=text.strip().splitlines()[-1].strip() if text.strip() else "trainer failed",
+            replica_id=replica_id,
+            rank=rank,
+            pid=pid,
+            detected_at=detected_at,
+        )
+    return Failure.from_exit(
+        who=who,
+        exitcode=status,
+        replica_id=replica_id,
+        rank=rank,
+        pid=pid,
+        report=report if isinstance(report, dict) else None,
+        stderr_tail=_tail(log_dir / "stderr.log"),
+        detected_at=detected_at,
+    )

@@ -1,0 +1,108 @@
+"""OrchestrationManager: the root actor of a Monarch-orchestrated job.
+
+It spawns a :class:`LighthouseActor` (unless the job names a Lighthouse)
+and one :class:`ReplicaActor` per replica, each in its own proc. A replica
+whose ReplicaActor escalates (its trainers failed past the restart policy)
+reaches this actor's ``__supervise__``; the project's
+:class:`~torch_monarch.supervision.Orchestrator` then replaces it through
+the scheduler (a new ReplicaActor) or goes on without it while
+``min_replicas`` remain, else the job fails.
+
+The client (:class:`~torch_monarch.monarch.job.MonarchJob`) polls
+:meth:`poll` and finally calls :meth:`shutdown`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Optional
+
+from monarch.actor import Actor, MeshFailure, endpoint, this_host
+
+from torch_monarch.monarch.config import MonarchJobConfig
+from torch_monarch.monarch.lighthouse import LighthouseActor
+from torch_monarch.monarch.scheduler import ReplicaActorScheduler
+from torch_monarch.supervision.orchestrator import Orchestrator
+from torch_monarch.supervision.policy import RestartPolicy
+from torch_monarch.supervision.rundir import RunDir
+from torch_monarch.supervision.scheduler.base import ReplicaSpec
+
+__all__ = ["OrchestrationManager"]
+
+logger: logging.Logger = logging.getLogger(__name__)
+
+
+class OrchestrationManager(Actor):
+    """See the module docstring."""
+
+    def __init__(self, config: MonarchJobConfig) -> None:
+        self.config = config
+        self.run_dir = RunDir(config.run_dir)
+        self.scheduler: Optional[ReplicaActorScheduler] = None
+        self.orchestrator: Optional[Orchestrator] = None
+        self._lighthouse_procs: Any = None
+        self._lighthouse: Any = None
+        self._lost: Optional[str] = None
+
+    @endpoint
+    async def start(self) -> str:
+        """Starts the Lighthouse and the replicas; returns the Lighthouse's address."""
+        address = self.config.lighthouse_address
+        lighthouse_pid = None
+        if not address:
+            self._lighthouse_procs = this_host().spawn_procs(per_host={"procs": 1}, name="lighthouse")
+            self._lighthouse = self._lighthouse_procs.spawn("lighthouse", LighthouseActor, self.config.lighthouse)
+            address = await self._lighthouse.address.call_one()
+            lighthouse_pid = await self._lighthouse.pid.call_one()
+        self.run_dir.event("orchestration_started", pid=os.getpid(), lighthouse=address, lighthouse_pid=lighthouse_pid)
+        self.scheduler = ReplicaActorScheduler(self.config, address)
+        self.orchestrator = Orchestrator(
+            self.scheduler,
+            [ReplicaSpec(replica_id=rid, args=[], nproc_per_node=self.config.trainer.nproc) for rid in self.config.replica_ids],
+            min_replicas=self.config.min_replicas,
+            replace_policy=RestartPolicy(max_restarts=self.config.replace_replicas, window_s=3600.0, backoff=0.0),
+            run_dir=self.run_dir,
+        )
+        self.orchestrator.start()
+        return address
+
+    @endpoint
+    async def poll(self) -> dict[str, Any]:
+        """One supervision pass: ``running``, ``succeeded`` and the ``fatal`` failure (JSON) if any."""
+        assert self.orchestrator is not None, "start() first"
+        running = self.orchestrator.poll() and self._lost is None
+        fatal = self.orchestrator.fatal
+        return {
+            "running": running,
+            "succeeded": self.orchestrator.succeeded and self._lost is None,
+            "fatal": fatal.to_json() if fatal is not None else None,
+            "lost": self._lost,
+        }
+
+    @endpoint
+    async def shutdown(self) -> None:
+        """Stops every replica and the Lighthouse, and waits until their procs are gone."""
+        if self.orchestrator is not None and self.scheduler is not None:
+            self.orchestrator.stop()
+            await self.scheduler.drain()
+        if self._lighthouse is not None:
+            try:
+                await self._lighthouse.shutdown.call_one()
+            finally:
+                await self._lighthouse_procs.stop()
+                self._lighthouse = None
+
+    async def __supervise__(self, failure: MeshFailure) -> bool:
+        handle = self.scheduler.handle_of(failure.mesh_name) if self.scheduler is not None else None
+        if handle is not None:
+            logger.warning("orchestration: replica %s escalated", handle)
+            self.scheduler.escalated(handle, str(failure))
+            assert self.orchestrator is not None
+            self.orchestrator.poll()  # replace it or go on without it, now
+            return True
+        if failure.mesh_name.rsplit("-", 1)[0] == "lighthouse":
+            # Without the quorum service no replica can make progress: the job ends.
+            logger.error("orchestration: the Lighthouse failed: %s", failure)
+            self._lost = f"the Lighthouse failed: {failure}"
+        return True
