@@ -33,7 +33,7 @@ CSRC = ROOT / "csrc"
 HIPIFIED = ROOT / "build" / "hipified" / "csrc"
 PLATFORMS = ("cuda", "rocm", "cpu")
 # csrc/gpu/ sources of every build: the host backend's dispatch seam and the binding.
-GPU_ALWAYS = {"gpu/device_dispatch.cc", "gpu/bindings.cc"}
+GPU_ALWAYS = {"gpu/device_dispatch.cc", "gpu/bindings.cc", "gpu/route.cc"}
 # The CPU build's stand-in for the GPU layer.
 CPU_ONLY = {"gpu/cpu_stub.cc"}
 CXX_FLAGS = ["-O3", "-fvisibility=hidden"]

@@ -57,6 +57,7 @@ def new_backend(
         host_name=resolved.host_name,
         shm_min_bytes=resolved.shm_min_bytes,
         shm_segment_bytes=resolved.shm_segment_bytes,
+        gpu_transport=resolved.gpu_transport,
     )
 
 

@@ -18,6 +18,7 @@ struct BackendOptions {
   // Shared-memory segment of each rank that shares its host with others of
   // its group; 0: none.
   size_t sharedRegionBytes = 8 * 1024 * 1024;
+  std::string gpuTransport = "auto"; // route of CUDA tensors: auto, nccl, host (gpu/route.h)
   AlgorithmConfig algorithms;
 };
 

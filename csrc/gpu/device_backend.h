@@ -22,15 +22,20 @@ struct DeviceGroup {
   int size = 0;
   std::string name;
   std::chrono::milliseconds timeout{std::chrono::minutes(30)};
+  std::string transport = "auto"; // Options.gpu_transport (see route.h)
 };
 
 // The group of the survivors after `excluded` (ranks of `parent`) leave,
 // with a store prefix unique to the `generation`-th shrink of the parent.
 DeviceGroup shrunkGroup(const DeviceGroup& parent, const std::vector<int64_t>& excluded, uint64_t generation);
 
-// The backend for the CUDA tensors of one group. Creating it is cheap and
-// collective-free; communicators are made on first use, per device.
-c10::intrusive_ptr<c10d::Backend> createDeviceBackend(DeviceGroup group);
+// The backend for the CUDA tensors of one group, over the route that
+// `group.transport` asks for (route.h). "auto" first tells the other ranks
+// which GPU this rank uses and whether it has NCCL/RCCL, in one small op on
+// `host` (the group's host backend), so it is collective; so is the first
+// op of the NCCL route, which makes the communicator. The host-staged route
+// runs over `host`, which must outlive it.
+c10::intrusive_ptr<c10d::Backend> createDeviceBackend(DeviceGroup group, c10d::Backend& host);
 
 // Shrinks a backend made by createDeviceBackend into `child` (collective over
 // the survivors): through ncclCommShrink where the library has it and the

@@ -34,7 +34,8 @@ c10::intrusive_ptr<MonarchBackend> createBackend(
     int threads,
     const std::string& hostName,
     size_t shmMinBytes,
-    size_t shmSegmentBytes) {
+    size_t shmSegmentBytes,
+    const std::string& gpuTransport) {
   BackendOptions options;
   options.timeout = timeout;
   options.heartbeatTimeout = std::chrono::milliseconds(static_cast<int64_t>(heartbeatTimeoutSeconds * 1000));
@@ -47,6 +48,7 @@ c10::intrusive_ptr<MonarchBackend> createBackend(
   options.hostName = hostName;
   options.algorithms.sharedMemoryMinBytes = shmMinBytes;
   options.sharedRegionBytes = shmSegmentBytes;
+  options.gpuTransport = gpuTransport;
   py::gil_scoped_release release;
   return MonarchBackend::join(store, rank, size, groupName, options);
 }
@@ -123,6 +125,9 @@ PYBIND11_MODULE(_C, module) {
             return py::make_tuple(monarch::errorKindName(status.kind), status.ranks, status.message);
           },
           "None while healthy, else (kind, ranks, message) of the failure that broke the group.")
+      .def(
+          "device_backend_name", &MonarchBackend::deviceBackendName,
+          "The backend of this group's CUDA tensors: 'monarch-NCCL' or 'monarch-host-staged'; '' before the first.")
       .def("connection_count", &MonarchBackend::connectionCount)
       .def(
           "payload_bytes_sent", &MonarchBackend::payloadBytesSent,
@@ -132,7 +137,7 @@ PYBIND11_MODULE(_C, module) {
       "create_backend", &monarch::createBackend, py::arg("store"), py::arg("rank"), py::arg("size"),
       py::arg("group_name"), py::arg("timeout"), py::arg("heartbeat_timeout"), py::arg("transport"), py::arg("bind_address"),
       py::arg("small_message_bytes"), py::arg("chunk_bytes"), py::arg("direct_max_ranks"), py::arg("threads"),
-      py::arg("host_name"), py::arg("shm_min_bytes"), py::arg("shm_segment_bytes"));
+      py::arg("host_name"), py::arg("shm_min_bytes"), py::arg("shm_segment_bytes"), py::arg("gpu_transport") = "auto");
   monarch::bindFrameProbe(module);
   monarch::gpu::bindGpu(module);
 }
