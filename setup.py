@@ -251,11 +251,15 @@ setup(
             "torchx==0.7.0",
             "kubernetes",
             "matplotlib",
+            # The TorchTitan hook's wiring (test/test_torchtitan_hook.py); it imports with torch 2.13.
+            "torchtitan==0.3.0",
         ],
         # Fault tolerance across replicas: quorum, monarch-run --replicas, torch_monarch.torchft.
         "ft": ["torchft"],
         # python -m torch_monarch.demo (timeline.png needs matplotlib).
         "demo": ["torchft", "matplotlib"],
+        # torch_monarch.integrations.torchtitan: TorchTitan's fault tolerance over ProcessGroupMonarch.
+        "torchtitan": ["torchft", "torchtitan>=0.2.2"],
         # SLURM / Kubernetes replicas through TorchX (Kubernetes also needs its client).
         "cluster": ["torchx==0.7.0", "kubernetes"],
     },
