@@ -50,7 +50,7 @@ c10::intrusive_ptr<c10d::Backend> createDeviceBackend(DeviceGroup group, c10d::B
     ranks = exchangeDevices(host, library.available());
   }
   RouteChoice choice = chooseRoute(requested, ranks);
-  MONARCH_LOG(kInfo) << "rank " << group.rank << ": CUDA tensors of group '" << group.name << "' go "
+  MONARCH_LOG(kInfo) << "rank " << group.rank << ": GPU tensors of group '" << group.name << "' go "
                      << (choice.route == GpuRoute::kHostStaged ? "host-staged" : kCollectivesName) << ": "
                      << choice.reason;
   if (choice.route == GpuRoute::kHostStaged) {

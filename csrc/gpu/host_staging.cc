@@ -33,7 +33,7 @@ Status waitForEvent(Event& event, int rank, std::chrono::steady_clock::time_poin
     } catch (const c10::Error& e) {
       return Status::error(
           ErrorKind::kPeerFailure, {rank},
-          "rank " + std::to_string(rank) + " hit a CUDA error before copying the op's tensors to the host: " +
+          "rank " + std::to_string(rank) + " hit a GPU error before copying the op's tensors to the host: " +
               e.what_without_backtrace());
     }
     if (aborted.load()) {
@@ -172,7 +172,7 @@ c10::Device stagingDevice(const std::vector<const at::Tensor*>& tensors, const c
         " in one op; the host-staged route takes one device per op");
     device = tensor->device();
   }
-  TORCH_CHECK_VALUE(device.has_value(), op, ": no CUDA tensor");
+  TORCH_CHECK_VALUE(device.has_value(), op, ": no GPU tensor");
   return *device;
 }
 
