@@ -282,6 +282,8 @@ setup(
             "matplotlib",
             # the Monarch orchestrator's tests run real Monarch (CPU wheel).
             "torchmonarch==0.7.0",
+            # The TorchTitan hook's wiring (test/test_torchtitan_hook.py); it imports with torch 2.13.
+            "torchtitan==0.3.0",
         ],
         # Fault tolerance across replicas: quorum, monarch-run --replicas, torch_monarch.torchft.
         "ft": ["torchft"],
@@ -289,6 +291,8 @@ setup(
         "demo": ["torchft", "matplotlib"],
         # --orchestrator monarch: real Monarch actors supervise the job (torch_monarch.monarch).
         "monarch": ["torchft", "torchmonarch==0.7.0"],
+        # torch_monarch.integrations.torchtitan: TorchTitan's fault tolerance over ProcessGroupMonarch.
+        "torchtitan": ["torchft", "torchtitan>=0.2.2"],
         # SLURM / Kubernetes replicas through TorchX (Kubernetes also needs its client).
         "cluster": ["torchx==0.7.0", "kubernetes"],
     },

@@ -109,6 +109,8 @@ class BenchConfig:
     target_ms: float
     check_bytes: int
     monarch_env: dict[str, str] = field(default_factory=dict)
+    # The backend compared against; empty: the device's (gloo, nccl).
+    peer: str = ""
 
 
 @dataclass
@@ -160,7 +162,7 @@ class _Session:
 
     @property
     def peer(self) -> str:
-        return self.spec.peer_backend
+        return self.config.peer or self.spec.peer_backend
 
 
 def _worker(ctx: WorkerContext, config: BenchConfig) -> Optional[dict[str, Any]]:
@@ -175,6 +177,7 @@ def _worker(ctx: WorkerContext, config: BenchConfig) -> Optional[dict[str, Any]]
     torch.set_num_threads(threads)
     spec.setup(ctx.rank)
     timeout = timedelta(seconds=300)
+    peer = config.peer or spec.peer_backend
     dist.init_process_group(
         backend="gloo", init_method=ctx.init_method, rank=ctx.rank, world_size=ctx.world_size, timeout=timeout
     )
@@ -185,7 +188,7 @@ def _worker(ctx: WorkerContext, config: BenchConfig) -> Optional[dict[str, Any]]
         control=dist.group.WORLD,
         groups={
             MONARCH: dist.new_group(backend=MONARCH, timeout=timeout),
-            spec.peer_backend: dist.new_group(backend=spec.peer_backend, timeout=timeout),
+            peer: dist.new_group(backend=peer, timeout=timeout),
         },
         dtype=getattr(torch, config.dtype),
         device=torch.device(config.device),
@@ -205,14 +208,14 @@ def _worker(ctx: WorkerContext, config: BenchConfig) -> Optional[dict[str, Any]]
     for op_name in config.ops:
         for size in config.sizes:
             row = _measure(session, op_name, size)
-            _progress(ctx.rank, _format_row(row, spec.peer_backend))
+            _progress(ctx.rank, _format_row(row, session.peer))
             rows.append(row)
     dist.barrier(group=session.control)
     if ctx.rank != 0:
         return None
     report = Report(
         device=config.device,
-        peer=spec.peer_backend,
+        peer=session.peer,
         world_size=config.world_size,
         dtype=config.dtype,
         memcpy_bytes=memcpy_bytes,
@@ -447,6 +450,13 @@ def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--world-size", type=int, default=2)
     parser.add_argument("--device", choices=sorted(DEVICES), default="cpu")
+    parser.add_argument(
+        "--peer",
+        choices=["gloo", "nccl"],
+        default=None,
+        help="backend to compare against (default: gloo on cpu, nccl on cuda; gloo on cuda measures "
+        "ProcessGroupGloo's CUDA-tensor path, for ranks sharing a GPU, which NCCL refuses)",
+    )
     parser.add_argument("--ops", type=_parse_ops, default=list(OPS), help=f"comma list of {','.join(OPS)}")
     parser.add_argument("--sizes", type=_parse_sizes, default=None, help="comma list, e.g. 4K,64K,1M (bytes, binary)")
     parser.add_argument("--dtype", choices=["float32", "float64", "bfloat16", "float16", "int32"], default="float32")
@@ -487,6 +497,7 @@ def _config_from_args(args: argparse.Namespace) -> BenchConfig:
         target_ms=args.target_ms or (25.0 if args.quick else 100.0),
         check_bytes=args.check_size,
         monarch_env=dict(args.monarch_env),
+        peer=args.peer or "",
     )
 
 

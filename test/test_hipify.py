@@ -133,14 +133,26 @@ gpu/compat.h -> gpu/compat_hip.h
   +    "hipInit", "hipDriverGetVersion", "hipGetDeviceCount", "hipDrvGetErrorString", "hipMemGetHandleForAddressRange"};
 gpu/cpu_stub.cc (unchanged)
 gpu/device_backend.cc -> gpu/device_backend_hip.cc
+  -#include <c10/cuda/CUDAException.h>
+  -#include <c10/cuda/CUDAFunctions.h>
+  -#include <cuda_runtime_api.h>
+  +#include <c10/hip/HIPException.h>
+  +#include <c10/hip/HIPFunctions.h>
+  +#include <hip/hip_runtime_api.h>
   -#include "gpu/compat.h"
   -#include "gpu/driver_api.h"
+  -#include "gpu/host_staged_backend.h"
   -#include "gpu/nccl_backend.h"
   -#include "gpu/nccl_library.h"
   +#include "gpu/compat_hip.h"
   +#include "gpu/driver_api_hip.h"
+  +#include "gpu/host_staged_backend_hip.h"
   +#include "gpu/nccl_backend_hip.h"
   +#include "gpu/nccl_library_hip.h"
+  -  cudaDeviceProp properties{};
+  -  C10_CUDA_CHECK(cudaGetDeviceProperties(&properties, c10::cuda::current_device()));
+  +  hipDeviceProp_t properties{};
+  +  C10_CUDA_CHECK(hipGetDeviceProperties(&properties, c10::cuda::current_device()));
 gpu/device_backend.h (unchanged)
 gpu/driver_api.cc -> gpu/driver_api_hip.cc
   -#include "gpu/driver_api.h"
@@ -157,6 +169,30 @@ gpu/event.h -> gpu/event_hip.h
   +#include <c10/hip/HIPEvent.h>
   -#include <ATen/cuda/CUDAEvent.h>
   +#include <ATen/hip/HIPEvent.h>
+gpu/host_staged_backend.cc -> gpu/host_staged_backend_hip.cc
+  -#include "gpu/host_staged_backend.h"
+  -
+  -#include <c10/cuda/CUDAFunctions.h>
+  +#include "gpu/host_staged_backend_hip.h"
+  +
+  +#include <c10/hip/HIPFunctions.h>
+gpu/host_staged_backend.h -> gpu/host_staged_backend_hip.h
+  -#include <c10/cuda/CUDAStream.h>
+  +#include <c10/hip/HIPStream.h>
+  -#include "gpu/host_staging.h"
+  +#include "gpu/host_staging_hip.h"
+gpu/host_staging.cc -> gpu/host_staging_hip.cc
+  -#include "gpu/host_staging.h"
+  +#include "gpu/host_staging_hip.h"
+  -#include <c10/cuda/CUDACachingAllocator.h>
+  -#include <c10/cuda/CUDAGuard.h>
+  +#include <c10/hip/HIPCachingAllocator.h>
+  +#include <c10/hip/HIPGuard.h>
+gpu/host_staging.h -> gpu/host_staging_hip.h
+  -#include <c10/cuda/CUDAStream.h>
+  +#include <c10/hip/HIPStream.h>
+  -#include "gpu/event.h"
+  +#include "gpu/event_hip.h"
 gpu/nccl_backend.cc -> gpu/nccl_backend_hip.cc
   -#include "gpu/nccl_backend.h"
   -

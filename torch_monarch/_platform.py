@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-__all__ = ["GpuReport", "RdmaDevice", "gpu_report", "rdma_devices", "transports"]
+__all__ = ["GpuReport", "RdmaDevice", "gpu_report", "gpu_routes", "rdma_devices", "transports"]
 
 SYS_INFINIBAND = Path("/sys/class/infiniband")
 
@@ -153,6 +153,21 @@ def _shm_free() -> str:
     return f"{stats.f_bavail * stats.f_frsize // (1 << 20)} MiB free"
 
 
+def gpu_routes(report: GpuReport, gpu_transport: str) -> list[tuple[str, str]]:
+    """(GPU route, what it is) for ranks on GPUs of their own and ranks sharing one, as a group decides it."""
+    from torch_monarch import _C
+
+    library = f"{report.collectives} {report.collectives_version}" if report.collectives_found else "not found"
+    names = {"nccl": f"{report.collectives} ({library})", "host": "host-staged (pinned host memory, host algorithms)"}
+    one, other = bytes(range(16)), bytes(range(1, 17))
+    rows: list[tuple[str, str]] = []
+    for label, uuids in (("own GPU", [one, other]), ("shared GPU", [one, one])):
+        ranks = [(uuid, report.collectives_found) for uuid in uuids]
+        route, reason = _C.choose_gpu_route(gpu_transport, ranks)
+        rows.append((f"GPU tensors, {label}", f"{names[route]}: {reason} (gpu_transport={gpu_transport})"))
+    return rows
+
+
 def transports(report: GpuReport, rdma: list[RdmaDevice]) -> list[tuple[str, str]]:
     """(transport, when it is used) for a group created with the current environment."""
     from torch_monarch.options import Options
@@ -183,10 +198,8 @@ def transports(report: GpuReport, rdma: list[RdmaDevice]) -> list[tuple[str, str
         off = f"off (MONARCH_TRANSPORT={os.environ.get('MONARCH_TRANSPORT')})"
         selected.append(("shared memory", off))
         selected.append(("same-host remote read", off))
-    if report.platform in ("cuda", "rocm") and report.collectives_found:
-        selected.append((report.collectives, f"GPU tensors, {report.collectives} {report.collectives_version}"))
-    elif report.platform in ("cuda", "rocm"):
-        selected.append((report.collectives, "GPU tensors: unavailable, the library was not found"))
+    if report.platform in ("cuda", "rocm"):
+        selected.extend(gpu_routes(report, options.gpu_transport))
     else:
         selected.append(("GPU", "none (the extension was built without GPU support)"))
     selected.append(("ibverbs", f"not implemented yet ({len(rdma)} RDMA device(s) found)"))

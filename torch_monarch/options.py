@@ -38,6 +38,8 @@ __all__ = ["Options"]
 # block of the widest dtype in groups of up to 128 ranks.
 _MIN_SHM_SEGMENT_BYTES = 4096
 
+GPU_TRANSPORTS = ("auto", "nccl", "host")
+
 
 @dataclass
 class Options:
@@ -89,6 +91,14 @@ class Options:
             a job ends or is killed; its pages are reserved up front, so a
             /dev/shm too small for every rank's segment makes the group's
             ranks on that host fall back to their links instead of failing.
+        gpu_transport: the route of CUDA tensors. "nccl": NCCL (RCCL on
+            ROCm) on the GPU. "host": host-staged, each op copies its CUDA
+            tensors into pinned host memory on a stream of its own, runs the
+            host algorithms (shared memory included) and copies the results
+            back, ordered on the CUDA streams. "auto" (default) takes NCCL
+            unless two ranks of the group share a GPU (which NCCL refuses)
+            or some rank cannot load NCCL; the ranks tell each other their
+            GPU's UUID at the group's first op on CUDA tensors.
     """
 
     timeout: Optional[timedelta] = None
@@ -102,6 +112,7 @@ class Options:
     host_name: str = ""
     shm_min_bytes: int = 256 * 1024
     shm_segment_bytes: int = 8 * 1024 * 1024
+    gpu_transport: str = "auto"
 
     def __post_init__(self) -> None:
         # Numbers of seconds, as these fields took before they were timedeltas.
@@ -121,6 +132,8 @@ class Options:
             raise ValueError(f"Options.heartbeat_timeout must be positive, got {self.heartbeat_timeout}")
         if self.transport not in ("auto", "tcp"):
             raise ValueError(f"Options.transport must be 'auto' or 'tcp', got {self.transport!r}")
+        if self.gpu_transport not in GPU_TRANSPORTS:
+            raise ValueError(f"Options.gpu_transport must be one of {GPU_TRANSPORTS}, got {self.gpu_transport!r}")
         if self.small_message_bytes < 0:
             raise ValueError(f"Options.small_message_bytes must be >= 0, got {self.small_message_bytes}")
         if self.chunk_bytes <= 0:

@@ -74,14 +74,29 @@ bool DeviceDispatch::onDevice(const std::vector<std::vector<at::Tensor>>& lists)
 }
 
 c10d::Backend& DeviceDispatch::get() {
-  std::lock_guard<std::mutex> guard(mutex_);
-  if (!backend_) {
-    backend_ = gpu::createDeviceBackend(group_);
-    if (stopped_) {
-      backend_->abort(); // its ops fail with AbortedError, like the host path's
+  std::lock_guard<std::mutex> creating(createMutex_);
+  gpu::DeviceGroup group;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (backend_) {
+      return *backend_;
     }
+    group = group_;
+  }
+  // Outside mutex_: creation may wait for the peers (an op on the host
+  // group), and abort() must stay able to take mutex_ meanwhile.
+  auto backend = gpu::createDeviceBackend(std::move(group), *host_);
+  std::lock_guard<std::mutex> guard(mutex_);
+  backend_ = std::move(backend);
+  if (stopped_) {
+    backend_->abort(); // its ops fail with AbortedError, like the host path's
   }
   return *backend_;
+}
+
+std::string DeviceDispatch::backendName() {
+  auto backend = current();
+  return backend ? backend->getBackendName() : std::string();
 }
 
 c10::intrusive_ptr<c10d::Backend> DeviceDispatch::current() {

@@ -18,6 +18,11 @@ class DeviceDispatch {
  public:
   // Where the device backend rendezvous when it is first needed.
   void bind(gpu::DeviceGroup group);
+  // The group's host backend, which owns this dispatch: the host-staged
+  // route and the GPU identity exchange run over it.
+  void attachHost(c10d::Backend* host) {
+    host_ = host;
+  }
   // This group is `parent` minus `excluded`: shrinks the parent's device
   // backend if it has one (see shrinkDeviceBackend).
   void inheritShrunk(DeviceDispatch& parent, const std::vector<int64_t>& excluded, int shrinkFlags);
@@ -38,9 +43,13 @@ class DeviceDispatch {
   // A barrier goes to the device when the caller named a device for it.
   bool wants(const c10d::BarrierOptions& opts) const;
 
-  // The device backend, created on first use. In a build without GPU
-  // support this raises NotImplementedError.
+  // The device backend, created on first use (collective: see
+  // createDeviceBackend). In a build without GPU support this raises
+  // NotImplementedError.
   c10d::Backend& get();
+  // The device backend's name ("monarch-NCCL", "monarch-host-staged"); empty
+  // before the group's first op on CUDA tensors.
+  std::string backendName();
 
   void setTimeout(std::chrono::milliseconds timeout);
   c10d::ErrorType error();
@@ -55,7 +64,9 @@ class DeviceDispatch {
   static bool onDevice(const std::vector<std::vector<at::Tensor>>& lists);
   c10::intrusive_ptr<c10d::Backend> current();
 
+  std::mutex createMutex_; // one creation at a time; abort() never takes it
   std::mutex mutex_;
+  c10d::Backend* host_ = nullptr;
   gpu::DeviceGroup group_;
   c10::intrusive_ptr<c10d::Backend> backend_;
   uint64_t shrinks_ = 0;

@@ -42,7 +42,7 @@ c10::intrusive_ptr<MonarchBackend> MonarchBackend::join(
   MONARCH_LOG(kInfo) << "rank " << rank << "/" << size << " joined group '" << groupName << "' at "
                      << fabricOptions.bindAddress;
   auto backend = c10::make_intrusive<MonarchBackend>(std::move(membership), options);
-  backend->device_.bind({store, rank, size, groupName, options.timeout}); // GPU ops rendezvous on first use
+  backend->device_.bind({store, rank, size, groupName, options.timeout, options.gpuTransport}); // on first use
   return backend;
 }
 
@@ -61,6 +61,7 @@ MonarchBackend::MonarchBackend(Membership membership, BackendOptions options)
   helpers_ = std::make_unique<HelperPool>(options_.algorithms.threads);
   options_.algorithms.helpers = helpers_.get(); // not the parent's, for derived groups
   worker_ = std::thread([this] { workerLoop(); });
+  device_.attachHost(this);
   init();
 }
 
@@ -180,7 +181,7 @@ c10::intrusive_ptr<MonarchBackend> MonarchBackend::reconfigure(
   BackendOptions options = options_;
   options.timeout = std::chrono::milliseconds(timeoutMs_.load());
   auto backend = c10::make_intrusive<MonarchBackend>(std::move(membership), options);
-  backend->device_.bind({store, rank, size, groupName, options.timeout});
+  backend->device_.bind({store, rank, size, groupName, options.timeout, options.gpuTransport});
   return backend;
 }
 
@@ -229,7 +230,7 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::enqueue(
     return work;
   }
   auto keepalive = std::make_shared<std::vector<at::Tensor>>(std::move(tensors));
-  queue_.push_back(QueuedOp{seq, signature, std::move(run), work, keepalive, opTimeout});
+  queue_.push_back(QueuedOp{seq, signature, std::move(run), work, keepalive, opTimeout, ScopedOpGate::take()});
   queueChanged_.notify_one();
   return work;
 }
@@ -253,9 +254,15 @@ void MonarchBackend::workerLoop() {
 void MonarchBackend::runOp(QueuedOp& op) {
   Status status = error();
   if (status.ok()) {
-    links_->beginOp(op.seq, op.signature, Clock::now() + op.timeout, op.keepalive);
+    auto deadline = Clock::now() + op.timeout;
+    links_->beginOp(op.seq, op.signature, deadline, op.keepalive);
     try {
-      op.run(*links_);
+      if (op.gate) {
+        status = op.gate(deadline, aborted_);
+      }
+      if (status.ok()) {
+        op.run(*links_);
+      }
     } catch (const OpFailure& failure) {
       status = failure.status();
     } catch (const std::exception& e) {

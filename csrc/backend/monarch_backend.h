@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "backend/device_dispatch.h"
+#include "contract/op_gate.h"
 #include "backend/options.h"
 #include "backend/work.h"
 #include "common/helper_pool.h"
@@ -117,6 +118,11 @@ class MonarchBackend : public c10d::Backend {
 
   // Why the group is broken; ok() while it is healthy.
   Status error();
+  // The backend of this group's CUDA tensors ("monarch-NCCL",
+  // "monarch-host-staged"); empty before its first op on CUDA tensors.
+  std::string deviceBackendName() {
+    return device_.backendName();
+  }
   // Connections this group holds (for tests: shrinking opens none).
   size_t connectionCount() const;
   // Payload bytes this rank has sent to each group rank (diagnostics).
@@ -133,6 +139,7 @@ class MonarchBackend : public c10d::Backend {
     c10::intrusive_ptr<MonarchWork> work;
     std::shared_ptr<void> keepalive;
     std::chrono::milliseconds timeout;
+    OpGate gate; // what the data waits for before `run` (see op_gate.h)
   };
 
   // Enqueues a collective. `run` receives the links; `tensors` are kept alive

@@ -22,6 +22,7 @@ struct BackendOptions {
   // Shared-memory segment of each rank that shares its host with others of
   // its group.
   size_t shmSegmentBytes = 8 * 1024 * 1024;
+  std::string gpuTransport = "auto"; // route of CUDA tensors: auto, nccl, host (contract/gpu_route.h)
   AlgorithmConfig algorithms;
 
   // Whether ranks on one host move payloads through memory they share (the
@@ -44,6 +45,7 @@ struct BackendOptions {
     visit("host_name", hostName);
     visit("shm_min_bytes", algorithms.shmMinBytes);
     visit("shm_segment_bytes", shmSegmentBytes);
+    visit("gpu_transport", gpuTransport);
   }
 };
 

@@ -22,6 +22,7 @@ struct DeviceGroup {
   int size = 0;
   std::string name;
   std::chrono::milliseconds timeout{std::chrono::minutes(30)};
+  std::string transport = "auto"; // Options.gpu_transport (see contract/gpu_route.h)
 };
 
 // The group of the survivors after `excluded` (ranks of `parent`) leave,

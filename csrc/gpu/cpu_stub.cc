@@ -15,7 +15,7 @@ constexpr const char* kWithoutGpu =
 
 } // namespace
 
-c10::intrusive_ptr<c10d::Backend> createDeviceBackend(DeviceGroup /*group*/) {
+c10::intrusive_ptr<c10d::Backend> createDeviceBackend(DeviceGroup /*group*/, c10d::Backend& /*host*/) {
   TORCH_CHECK_NOT_IMPLEMENTED(false, kWithoutGpu);
 }
 

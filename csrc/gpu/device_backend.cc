@@ -3,15 +3,59 @@
 
 #include "gpu/device_backend.h"
 
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+
+#include "common/logging.h"
 #include "gpu/compat.h"
 #include "gpu/driver_api.h"
+#include "gpu/host_staged_backend.h"
 #include "gpu/nccl_backend.h"
 #include "gpu/nccl_library.h"
+#include "contract/gpu_route.h"
 
 namespace monarch::gpu {
 
-c10::intrusive_ptr<c10d::Backend> createDeviceBackend(DeviceGroup group) {
+namespace {
+
+// Every rank's GPU identity and library, gathered over the host group: a
+// dead or stuck peer fails it with the host path's typed errors and bounds.
+std::vector<RankDevice> exchangeDevices(c10d::Backend& host, bool collectivesLoaded) {
+  RankDevice mine;
+  mine.collectivesLoaded = collectivesLoaded;
+  cudaDeviceProp properties{};
+  C10_CUDA_CHECK(cudaGetDeviceProperties(&properties, c10::cuda::current_device()));
+  std::memcpy(mine.uuid.data(), properties.uuid.bytes, mine.uuid.size());
+  at::Tensor local = at::empty({static_cast<int64_t>(kRankDeviceBytes)}, at::kByte);
+  encodeRankDevice(mine, local.data_ptr<uint8_t>());
+  at::Tensor all = at::empty({static_cast<int64_t>(kRankDeviceBytes) * host.getSize()}, at::kByte);
+  host._allgather_base(all, local, c10d::AllgatherOptions())->wait();
+  std::vector<RankDevice> ranks;
+  for (int rank = 0; rank < host.getSize(); ++rank) {
+    ranks.push_back(decodeRankDevice(all.data_ptr<uint8_t>() + rank * kRankDeviceBytes));
+  }
+  return ranks;
+}
+
+} // namespace
+
+c10::intrusive_ptr<c10d::Backend> createDeviceBackend(DeviceGroup group, c10d::Backend& host) {
   const auto& library = NcclLibrary::get();
+  GpuTransport requested = parseGpuTransport(group.transport);
+  std::vector<RankDevice> ranks;
+  if (requested == GpuTransport::kAuto) {
+    ranks = exchangeDevices(host, library.available());
+  }
+  RouteChoice choice = chooseRoute(requested, ranks);
+  MONARCH_LOG(kInfo) << "rank " << group.rank << ": GPU tensors of group '" << group.name << "' go "
+                     << (choice.route == GpuRoute::kHostStaged ? "host-staged" : kCollectivesName) << ": "
+                     << choice.reason;
+  if (choice.route == GpuRoute::kHostStaged) {
+    return c10::make_intrusive<HostStagedBackend>(host, group.timeout);
+  }
   if (!library.available()) {
     C10_THROW_ERROR(
         DistBackendError,
@@ -23,8 +67,11 @@ c10::intrusive_ptr<c10d::Backend> createDeviceBackend(DeviceGroup group) {
 
 c10::intrusive_ptr<c10d::Backend> shrinkDeviceBackend(
     c10d::Backend& parent, DeviceGroup child, const std::vector<int64_t>& excluded, int shrinkFlags) {
-  // Only createDeviceBackend makes the parents this sees.
-  return static_cast<NcclBackend&>(parent).shrinkInto(std::move(child), excluded, shrinkFlags);
+  auto* nccl = dynamic_cast<NcclBackend*>(&parent);
+  if (nccl == nullptr) {
+    return {}; // host-staged: the survivors' group makes its own on first use
+  }
+  return nccl->shrinkInto(std::move(child), excluded, shrinkFlags);
 }
 
 std::vector<std::pair<std::string, std::string>> gpuReport() {

@@ -15,9 +15,13 @@
 
 namespace monarch::gpu {
 
-// The backend for the CUDA tensors of one group. Creating it is cheap and
-// collective-free; communicators are made on first use, per device.
-c10::intrusive_ptr<c10d::Backend> createDeviceBackend(DeviceGroup group);
+// The backend for the CUDA tensors of one group, over the route that
+// `group.transport` asks for (contract/gpu_route.h). "auto" first tells the other ranks
+// which GPU this rank uses and whether it has NCCL/RCCL, in one small op on
+// `host` (the group's host backend), so it is collective; so is the first
+// op of the NCCL route, which makes the communicator. The host-staged route
+// runs over `host`, which must outlive it.
+c10::intrusive_ptr<c10d::Backend> createDeviceBackend(DeviceGroup group, c10d::Backend& host);
 
 // Shrinks a backend made by createDeviceBackend into `child` (collective over
 // the survivors): through ncclCommShrink where the library has it and the

@@ -3,6 +3,8 @@
 // translation of MonarchError into torch_monarch's exception types, and the
 // GPU layer's report. torch_monarch/_C.pyi types all of it.
 
+#include <algorithm>
+
 #include <pybind11/chrono.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -13,6 +15,7 @@
 #include "backend/monarch_backend.h"
 #include "contract/errors.h"
 #include "gpu/device_backend.h"
+#include "contract/gpu_route.h"
 
 namespace py = pybind11;
 
@@ -128,6 +131,9 @@ PYBIND11_MODULE(_C, module) {
             return py::make_tuple(monarch::errorKindName(status.kind), status.ranks, status.message);
           },
           "None while healthy, else (kind, ranks, message) of the failure that broke the group.")
+      .def(
+          "device_backend_name", &MonarchBackend::deviceBackendName,
+          "The backend of this group's CUDA tensors: 'monarch-NCCL' or 'monarch-host-staged'; '' before the first.")
       .def("connection_count", &MonarchBackend::connectionCount)
       .def(
           "payload_bytes_sent", &MonarchBackend::payloadBytesSent,
@@ -145,4 +151,20 @@ PYBIND11_MODULE(_C, module) {
       "gpu_report", &monarch::gpu::gpuReport,
       "(key, value) pairs about the GPU layer: the platform the extension was built for, the collectives library "
       "(NCCL/RCCL) and driver it loaded, and why not where it could not.");
+  module.def(
+      "choose_gpu_route",
+      [](const std::string& transport, const std::vector<std::pair<std::string, bool>>& ranks) {
+        std::vector<monarch::gpu::RankDevice> devices;
+        for (const auto& [uuid, loaded] : ranks) {
+          TORCH_CHECK_VALUE(uuid.size() == 16, "a GPU UUID has 16 bytes, got ", uuid.size());
+          monarch::gpu::RankDevice device;
+          std::copy(uuid.begin(), uuid.end(), device.uuid.begin());
+          device.collectivesLoaded = loaded;
+          devices.push_back(device);
+        }
+        auto choice = monarch::gpu::chooseRoute(monarch::gpu::parseGpuTransport(transport), devices);
+        return std::make_pair(std::string(monarch::gpu::routeName(choice.route)), choice.reason);
+      },
+      py::arg("gpu_transport"), py::arg("ranks"),
+      "The route ('nccl' or 'host') and why, for a group whose ranks each report (GPU UUID bytes, NCCL loaded).");
 }

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Builds torch_monarch for CUDA on a GPU machine and runs the GPU tests, the
-# doctor and the CUDA benchmark at world 1 (per-op overhead vs ProcessGroupNCCL).
+# doctor and the CUDA benchmarks: world 1 (per-op overhead vs ProcessGroupNCCL)
+# and world 2 on one GPU (the host-staged route vs ProcessGroupGloo's CUDA path).
 # Uses the machine's torch (CUDA) and NCCL wheel as they are: nothing is
 # downloaded. Logs go to $OUT (default /tmp/monarch-gpu-logs).
 #
 #   bash test/gpu/run_on_device.sh            # build, tests, doctor, benchmark
 #   SKIP_BENCH=1 bash test/gpu/run_on_device.sh       # no benchmark
 #   RUN_CPU_TESTS=1 bash test/gpu/run_on_device.sh    # also host-tensor tests with this build
+#   TESTS="test/gpu/test_cuda_host_staged.py" bash test/gpu/run_on_device.sh  # only these test files
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-/tmp/monarch-gpu-logs}"
@@ -44,18 +46,23 @@ if [ -z "${SKIP_BENCH:-}" ]; then
   step "benchmark: --device cuda --world-size 1 --quick"
   timeout 200 "$PYTHON" benchmarks/collectives.py --device cuda --world-size 1 --quick > "$OUT/bench.txt" 2> "$OUT/bench-progress.txt" || status=1
   grep -v '^JSON' "$OUT/bench.txt" | tee -a "$OUT/summary.txt"
+  step "benchmark: --device cuda --world-size 2 --peer gloo (both ranks on GPU 0)"
+  CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0}" timeout 300 "$PYTHON" benchmarks/collectives.py --device cuda \
+    --world-size 2 --peer gloo --ops "${BENCH_OPS:-allreduce}" --sizes "${BENCH_SIZES:-64K,1M,4M,16M,64M}" \
+    > "$OUT/bench-shared.txt" 2> "$OUT/bench-shared-progress.txt" || status=1
+  grep -v '^JSON' "$OUT/bench-shared.txt" | tee -a "$OUT/summary.txt"
 fi
 
 step "GPU tests"
 # One pytest per file, so that a crash in one does not hide the others; C++
 # logs at INFO and NCCL warnings go into the same log.
-for file in test/gpu/test_*.py; do
+for file in ${TESTS:-test/gpu/test_*.py}; do
   echo "--- $file" >> "$OUT/gpu-tests.txt"
   MONARCH_LOG_LEVEL="${MONARCH_LOG_LEVEL:-INFO}" NCCL_DEBUG="${NCCL_DEBUG:-WARN}" \
     timeout "${TEST_BUDGET_S:-300}" "$PYTHON" -X faulthandler -m pytest "$file" -v -s -rf --timeout 150 \
     >> "$OUT/gpu-tests.txt" 2>&1 || status=1
 done
-grep -E "^--- |PASSED|FAILED|SKIPPED|ERROR|passed|failed|rank [01]:|stuck|shrunk|communicator init|Fatal" \
+grep -E "^--- |PASSED|FAILED|SKIPPED|ERROR|passed|failed|rank [01]:|stuck|shrunk|communicator init|Fatal|kill:|stop:|abort:" \
   "$OUT/gpu-tests.txt" | tee -a "$OUT/summary.txt"
 
 if [ -n "${RUN_CPU_TESTS:-}" ]; then

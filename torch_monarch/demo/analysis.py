@@ -165,7 +165,7 @@ def analyse_failures(run: RunData, replicas: int) -> list[FailureRecord]:
         t_inj = float(inj["t"])
         # A drill (exception, collective failure) happens when the worker runs it.
         ran = _first(run.events, "injected", replica, t_inj)
-        if ran is not None and inj["kind"] in ("comm", "exc", "exit") and ran["t"] - t_inj < 30:
+        if ran is not None and inj["kind"] in ("comm", "exc", "exit", "cuda") and ran["t"] - t_inj < 30:
             t_inj = float(ran["t"])
         next_inj = float(injects[n + 1]["t"]) if n + 1 < len(injects) else float("inf")
         rec = FailureRecord(

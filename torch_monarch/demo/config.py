@@ -36,6 +36,8 @@ class DemoConfig:
     backend: str = "monarch"
     #: op timeout of the replica's own process group (torch's default for gloo is 1800 s)
     pg_timeout_s: float = 30.0
+    #: "cpu", or "cuda": replica r trains on visible GPU r mod the GPU count
+    device: str = "cpu"
 
     def with_env_overrides(self) -> "DemoConfig":
         return with_env_overrides(self, "MONARCH_DEMO_")

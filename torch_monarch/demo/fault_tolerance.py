@@ -16,6 +16,7 @@ reports the failure timeline, goodput, final parameters and losses
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import signal
@@ -31,6 +32,8 @@ from torch_monarch.launch.inject import InjectionSpec
 __all__ = ["main"]
 
 DEFAULT_KINDS = ("kill", "segv", "hang", "comm", "exc")
+# On GPUs also a CUDA error in the step; "comm" then aborts a collective on CUDA tensors.
+GPU_KINDS = DEFAULT_KINDS + ("cuda",)
 
 
 def _schedule(duration: float, every: float) -> InjectionSpec:
@@ -49,7 +52,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=2, help="workers per replica")
     p.add_argument("--min-replicas", type=int, default=2)
     p.add_argument("--every", type=float, default=20.0, help="seconds between injected failures (default 20)")
-    p.add_argument("--kinds", default=",".join(DEFAULT_KINDS), help="failure kinds, in order (default: %(default)s)")
+    p.add_argument(
+        "--kinds", default=None, help=f"failure kinds, in order (default: {','.join(DEFAULT_KINDS)}; on cuda also cuda)"
+    )
+    p.add_argument(
+        "--device", choices=["cpu", "cuda"], default="cpu", help="cpu, or cuda: replicas round-robin on the visible GPUs"
+    )
     p.add_argument("--seed", type=int, default=1, help="victim selection seed")
     p.add_argument("--status", choices=["live", "log", "none"], default="", help="progress view (default: live on a terminal)")
     p.add_argument(
@@ -72,8 +80,10 @@ def _phase_spec(args: argparse.Namespace, name: str, out: Path, inject: Optional
         min_replicas=min(args.min_replicas, args.replicas),
         inject=inject,
         status=args.status or ("live" if sys.stdout.isatty() else "log"),
-        config=DemoConfig().with_env_overrides(),
+        config=dataclasses.replace(DemoConfig().with_env_overrides(), device=args.device),
         orchestrator=args.orchestrator,
+        # CUDA does not survive a fork: GPU workers start as new interpreters.
+        preload=args.device == "cpu",
     )
 
 
@@ -159,7 +169,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     spec = _schedule(args.duration, args.every)
-    kinds = tuple(k for k in args.kinds.split(",") if k)
+    default_kinds = GPU_KINDS if args.device == "cuda" else DEFAULT_KINDS
+    kinds = tuple(k for k in args.kinds.split(",") if k) if args.kinds is not None else default_kinds
     inject = InjectionSpec(every_s=spec.every_s, kinds=kinds, seed=args.seed, until_s=spec.until_s)
     started = time.monotonic()
     print(

@@ -9,7 +9,7 @@ from torch_monarch.demo.analysis import FailureRecord, RunData
 
 __all__ = ["plot_timeline"]
 
-_COLORS = {"kill": "tab:red", "segv": "tab:purple", "hang": "tab:orange", "comm": "tab:blue", "exc": "tab:brown", "exit": "tab:gray"}
+_COLORS = {"kill": "tab:red", "segv": "tab:purple", "hang": "tab:orange", "comm": "tab:blue", "exc": "tab:brown", "exit": "tab:gray", "cuda": "tab:olive"}
 
 
 def _smooth(values: list[float], n: int) -> list[float]:

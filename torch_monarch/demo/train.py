@@ -39,7 +39,31 @@ logger: logging.Logger = logging.getLogger("torch_monarch.demo.train")
 
 
 def _flat_grads(params: list[torch.Tensor]) -> torch.Tensor:
-    return torch.cat([p.grad.reshape(-1) if p.grad is not None else torch.zeros(p.numel()) for p in params])
+    return torch.cat(
+        [p.grad.reshape(-1) if p.grad is not None else torch.zeros(p.numel(), device=p.device) for p in params]
+    )
+
+
+def _device(cfg: DemoConfig, replica: int) -> torch.device:
+    """The CPU, or replica ``replica``'s GPU: the visible GPUs round-robin."""
+    if cfg.device == "cpu":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise RuntimeError("the demo's --device cuda needs a GPU that torch can see")
+    device = torch.device("cuda", replica % torch.cuda.device_count())
+    torch.cuda.set_device(device)
+    return device
+
+
+def _cuda_error_in_step() -> None:
+    """The ``cuda`` failure drill: an out-of-range index on the GPU.
+
+    The kernel's bounds check fails on the device; the error is sticky, so
+    this process can no longer use the GPU and must be restarted.
+    """
+    table = torch.zeros(4, device="cuda")
+    table[torch.tensor([1 << 30], device="cuda")] += 1.0
+    torch.cuda.synchronize()
 
 
 def _set_grads(params: list[torch.Tensor], flat: torch.Tensor) -> None:
@@ -63,8 +87,11 @@ def main() -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     supervision.worker.event("group_ready")
 
+    device = _device(cfg, replica)
+    if device.type == "cuda":
+        supervision.register_drill("cuda", _cuda_error_in_step)
     torch.manual_seed(cfg.init_seed)
-    model = TinyLM(cfg)
+    model = TinyLM(cfg).to(device)
     params = [p for p in model.parameters()]
     optimizer = torch.optim.AdamW(params, lr=cfg.lr)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / cfg.warmup_steps))
@@ -110,7 +137,7 @@ def main() -> None:
     while not done(manager.current_step()):
         before = manager.current_step()
         manager.start_quorum()
-        tokens, targets = data.batch(before, replica, rank)
+        tokens, targets = (t.to(device) for t in data.batch(before, replica, rank))
         loss = model.loss(tokens, targets)
         loss.backward()
 
@@ -151,7 +178,12 @@ def main() -> None:
         final = ctx.run_dir.root / "final"
         final.mkdir(parents=True, exist_ok=True)
         torch.save(
-            {"step": manager.current_step(), "model": model.state_dict(), "replica": replica, "t": time.time()},
+            {
+                "step": manager.current_step(),
+                "model": {name: value.cpu() for name, value in model.state_dict().items()},
+                "replica": replica,
+                "t": time.time(),
+            },
             final / f"replica_{replica}.pt",
         )
     supervision.report_progress(manager.current_step(), state="done")

@@ -11,6 +11,7 @@ hang      SIGSTOP: alive but frozen                               hang
 comm      aborts its replica's process group mid-training         collective error
 exc       raises an exception in the training loop                exception + traceback
 exit      exits with code 3                                       exit code
+cuda      a CUDA error in its step (an out-of-range GPU index)    exception + traceback
 ========  =====================================================  ===================
 
 Signals go to the worker's pid (as reported in its status file); the
@@ -39,7 +40,7 @@ __all__ = ["FailureInjector", "Injection", "InjectionSpec", "KINDS"]
 
 logger: logging.Logger = logging.getLogger(__name__)
 
-KINDS = ("kill", "segv", "hang", "comm", "exc", "exit")
+KINDS = ("kill", "segv", "hang", "comm", "exc", "exit", "cuda")
 _SIGNALS = {"kill": signal.SIGKILL, "segv": signal.SIGSEGV, "hang": signal.SIGSTOP}
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import os
 import uuid
 from typing import Optional
 
@@ -25,6 +26,15 @@ __all__ = ["replica_args", "run_replica_mode"]
 logger: logging.Logger = logging.getLogger(__name__)
 
 
+def _master_port_given(args: argparse.Namespace) -> bool:
+    """Whether a master port was asked for: replica_args never passes one, so only PET_MASTER_PORT can.
+
+    torch before 2.12 defaults --master-port to 29500 rather than None, which
+    would give every replica on a host the same port.
+    """
+    return args.master_port is not None and "PET_MASTER_PORT" in os.environ
+
+
 def _prepare_rendezvous(args: argparse.Namespace) -> None:
     """torchrun's own defaulting (``torch.distributed.run.run``)."""
     from torch.distributed.run import parse_min_max_nnodes
@@ -33,7 +43,7 @@ def _prepare_rendezvous(args: argparse.Namespace) -> None:
         args.rdzv_backend = "c10d"
         args.rdzv_endpoint = "localhost:0"
         args.rdzv_id = str(uuid.uuid4())
-    elif args.rdzv_backend == "static" and not args.rdzv_endpoint and args.master_port is None:
+    elif args.rdzv_backend == "static" and not args.rdzv_endpoint and not _master_port_given(args):
         _, max_nodes = parse_min_max_nnodes(args.nnodes)
         if max_nodes == 1:
             args.rdzv_backend = "c10d"

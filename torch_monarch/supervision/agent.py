@@ -19,6 +19,7 @@ the agent's own extension points:
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import logging
 import os
 import signal
@@ -34,6 +35,9 @@ from torch_monarch.supervision.failure import Failure, FailureKind, root_cause
 from torch_monarch.supervision.probes import Hang, HangProbe, process_state
 from torch_monarch.supervision.rundir import RunDir, read_json, write_json
 from torch_monarch.supervision.supervisor import Supervisor
+
+# torch 2.11's LocalElasticAgent._shutdown has no timeout parameter.
+_SHUTDOWN_TAKES_TIMEOUT = "timeout" in inspect.signature(LocalElasticAgent._shutdown).parameters
 
 __all__ = ["EscalatedFailure", "MonarchAgent"]
 
@@ -132,7 +136,10 @@ class MonarchAgent(LocalElasticAgent):
         return pids
 
     def _stop_workers(self, worker_group: WorkerGroup) -> None:
-        self._shutdown(timeout=self._stop_timeout_s)
+        if _SHUTDOWN_TAKES_TIMEOUT:
+            self._shutdown(timeout=self._stop_timeout_s)
+        else:
+            self._shutdown()  # torch < 2.12: bounded by _bound_close alone
 
     def _monitor_workers(self, worker_group: WorkerGroup) -> RunResult:
         if self._pcontext is not None and worker_group.state == WorkerState.HEALTHY:

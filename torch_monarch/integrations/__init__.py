@@ -1,0 +1,1 @@
+"""Hooks that make other trainers use torch_monarch (see ``torchtitan``)."""

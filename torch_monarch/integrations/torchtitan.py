@@ -1,0 +1,175 @@
+"""TorchTitan's fault tolerance over ``ProcessGroupMonarch``.
+
+TorchTitan's FT manager builds the process group across replica groups from
+``--fault_tolerance.process_group``, which it only knows as "gloo" or "nccl".
+:func:`install` teaches it "monarch": the manager is built exactly as for
+"gloo", except that the group it gets is
+:class:`torch_monarch.torchft.ProcessGroupMonarch`. Nothing of TorchTitan is
+copied or edited; the hook wraps the manager's constructor, for
+
+* TorchTitan 0.2.x: ``torchtitan.components.ft.manager.FTManager``;
+* TorchTitan 0.3.x: ``torchtitan.experiments.torchft.manager.TorchFTManager``.
+
+Run TorchTitan's own trainer through this module, under ``monarch-run``::
+
+    monarch-run --replicas 2 --nproc-per-node 1 -m torch_monarch.integrations.torchtitan \\
+        --job.config_file llama3_debug.toml --fault_tolerance.enable \\
+        --fault_tolerance.process_group monarch --fault_tolerance.semi_sync_method diloco
+
+It installs the hook, fills in ``--fault_tolerance.replica_id`` and
+``--fault_tolerance.group_size`` from the launcher (``REPLICA_GROUP_ID``,
+``NUM_REPLICA_GROUPS``) unless given, and runs ``torchtitan.train.main``
+supervised (an error is reported with its traceback before the worker dies),
+telling the supervisor each step (progress, quorum, participants).
+With TorchTitan 0.2.x, ``--experimental.custom_import
+torch_monarch.integrations.torchtitan`` installs the hook from TorchTitan's own
+entry point instead.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import logging
+import os
+import sys
+from datetime import timedelta
+from typing import Any, Callable, Optional, Sequence
+
+__all__ = ["PROCESS_GROUP", "install", "main"]
+
+logger: logging.Logger = logging.getLogger(__name__)
+
+PROCESS_GROUP = "monarch"
+# (module, class) of TorchTitan's FT manager, newest first.
+_MANAGERS = (
+    ("torchtitan.experiments.torchft.manager", "TorchFTManager"),  # 0.3.x
+    ("torchtitan.components.ft.manager", "FTManager"),  # 0.2.x
+)
+_HOOKED = "_torch_monarch_hook"
+
+
+def _monarch_process_group(timeout: timedelta) -> Any:
+    """Stands in for ``torchft.ProcessGroupGloo(timeout=...)`` while the manager is built."""
+    from torch_monarch.torchft import ProcessGroupMonarch
+
+    return ProcessGroupMonarch(timeout=timeout)
+
+
+def _hooked(init: Callable[..., None]) -> Callable[..., None]:
+    @functools.wraps(init)
+    def __init__(self: Any, config: Any, *args: Any, **kwargs: Any) -> None:
+        if not (getattr(config, "enable", False) and getattr(config, "process_group", None) == PROCESS_GROUP):
+            init(self, config, *args, **kwargs)
+            return
+        import torchft
+
+        # The manager's "gloo" branch makes the group from the timeout alone:
+        # for the constructor's duration it makes a monarch one.
+        gloo = torchft.ProcessGroupGloo
+        config.process_group = "gloo"
+        torchft.ProcessGroupGloo = _monarch_process_group
+        try:
+            init(self, config, *args, **kwargs)
+        finally:
+            torchft.ProcessGroupGloo = gloo
+            config.process_group = PROCESS_GROUP
+        logger.info("TorchTitan's fault tolerance runs over ProcessGroupMonarch")
+
+    setattr(__init__, _HOOKED, True)
+    return __init__
+
+
+def install() -> list[str]:
+    """Hooks every TorchTitan FT manager class present; returns their names. Idempotent.
+
+    Raises ImportError naming the extra to install when TorchTitan (or
+    torchft) is missing.
+    """
+    try:
+        import torchft  # noqa: F401 - the manager needs it
+    except ImportError as e:
+        raise ImportError("TorchTitan's fault tolerance needs torchft: pip install 'torch_monarch[torchtitan]'") from e
+    hooked = []
+    for module_name, class_name in _MANAGERS:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            continue
+        manager = getattr(module, class_name, None)
+        if manager is None:
+            continue
+        if not getattr(manager.__init__, _HOOKED, False):
+            manager.__init__ = _hooked(manager.__init__)
+        hooked.append(f"{module_name}.{class_name}")
+    if not hooked:
+        raise ImportError(
+            "no TorchTitan fault-tolerance manager found (TorchTitan 0.2.x or 0.3.x): pip install 'torch_monarch[torchtitan]'"
+        )
+    return hooked
+
+
+def _reporting(train_step: Callable[..., Any]) -> Callable[..., Any]:
+    """``train_step`` that tells the supervisor each step (progress, the replica's step log)."""
+    from torch_monarch import supervision
+
+    @functools.wraps(train_step)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = train_step(self, *args, **kwargs)
+        fields: dict[str, Any] = {}
+        manager = getattr(getattr(self, "ft_manager", None), "_manager", None)
+        if manager is not None:
+            try:
+                fields = {"quorum_id": manager._quorum_id, "participants": manager.num_participants()}
+            except (AssertionError, RuntimeError):
+                pass  # no quorum yet
+
+        supervision.report_progress(self.step, **fields)
+        if int(os.environ.get("RANK", "0")) == 0:
+            supervision.record_step(self.step, **fields)
+        return result
+
+    return wrapper
+
+
+def _with_launcher_flags(argv: Sequence[str]) -> list[str]:
+    """``argv`` plus the replica id and count that monarch-run (or torchft's launchers) set, unless given."""
+    args = list(argv)
+    given = " ".join(args)
+    for flag, variable in (("--fault_tolerance.replica_id", "REPLICA_GROUP_ID"), ("--fault_tolerance.group_size", "NUM_REPLICA_GROUPS")):
+        value = os.environ.get(variable)
+        if value is not None and flag not in given:
+            args.append(f"{flag}={value}")
+    return args
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    """``python -m torch_monarch.integrations.torchtitan [TorchTitan's arguments]``."""
+    from torch_monarch import supervision
+
+    # Before TorchTitan is imported: its ConfigManager.parse_args reads
+    # sys.argv[1:] as a default argument, fixed when its module loads.
+    sys.argv = [sys.argv[0], *_with_launcher_flags(sys.argv[1:] if argv is None else argv)]
+    install()
+    from torchtitan import train
+
+    # 0.2.x's main takes the trainer class; 0.3.x's builds it from the config.
+    if inspect.signature(train.main).parameters:
+        trainer_class = train.Trainer
+        trainer = [trainer_class]
+    else:
+        from torchtitan.trainer import Trainer as trainer_class  # type: ignore[no-redef]
+
+        trainer = []
+    trainer_class.train_step = _reporting(trainer_class.train_step)
+    supervision.supervised(train.main)(*trainer)
+
+
+if __name__ == "__main__":
+    main()
+else:
+    # Imported by TorchTitan's --experimental.custom_import (0.2.x): hook now.
+    # A plain import for the helpers above has no TorchTitan to hook yet.
+    if "torchtitan" in sys.modules:
+        install()
