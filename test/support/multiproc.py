@@ -8,9 +8,11 @@ rank and always kills and reaps every child, whatever happens, so a hung or
 crashed rank fails the run instead of hanging it or leaking processes; a
 child also dies with its parent when the parent is killed outright.
 
-The time bound of a run starts when its last rank has started (imported
-torch), not at the spawn: on a loaded machine start-up alone can take many
-seconds, and it has a bound of its own (``STARTUP_TIMEOUT_S``).
+No rank runs its function before every rank has started (imported torch),
+and the run's time bound starts then, not at the spawn: on a loaded machine
+start-up alone can take many seconds, which must count neither against the
+run's bound nor against the timeouts the ranks set themselves (a group's
+rendezvous, say). Start-up has a bound of its own (``STARTUP_TIMEOUT_S``).
 
 Rendezvous is fresh per run: ``ctx.init_method`` is a ``file://`` URL in a new
 temporary directory, and ``ctx.store()`` returns a FileStore on a second file
@@ -197,6 +199,7 @@ def _child_main(
     # (a benchmark that wants more sets its own).
     torch.set_num_threads(1)
     conn.send_bytes(pickle.dumps(("started", None)))
+    conn.recv_bytes()  # the parent's go, once every rank has started
     try:
         payload: tuple[str, Any] = ("ok", fn(ctx, *args))
     except BaseException as error:  # noqa: BLE001 - everything goes back to the parent
@@ -227,7 +230,8 @@ def run_workers(
     """Runs ``fn(ctx, *args)`` on ranks 0..world_size-1 and returns what each did.
 
     ``fn`` must be a module-level function (spawn pickles it by name). The
-    ranks get ``timeout`` seconds from the moment the last of them started.
+    ranks start it together, once the last of them has started, and get
+    ``timeout`` seconds from then.
     Never raises for a rank's failure; see ``run_workers_ok`` for the strict form.
 
     ``wait_for`` names the ranks whose reports end the run (default: all); the
@@ -239,30 +243,32 @@ def run_workers(
     tmp_dir = tempfile.mkdtemp(prefix="monarch-test-")
     child_env = {"OMP_NUM_THREADS": "1", **(env or {})}
     processes: list[multiprocessing.process.BaseProcess] = []
-    readers: list[multiprocessing.connection.Connection] = []
+    pipes: list[multiprocessing.connection.Connection] = []
     results = [RankResult(rank=rank) for rank in range(world_size)]
     try:
         for rank in range(world_size):
-            reader, writer = mp.Pipe(duplex=False)
+            # Messages come up ("started", then the result); the go goes down.
+            pipe, child_end = mp.Pipe(duplex=True)
+            ctx = WorkerContext(rank, world_size, tmp_dir)
             process = mp.Process(
                 target=_child_main,
-                args=(fn, WorkerContext(rank, world_size, tmp_dir), args, child_env, writer, os.getpid(), stay_alive),
+                args=(fn, ctx, args, child_env, child_end, os.getpid(), stay_alive),
                 name=f"rank{rank}",
                 daemon=True,
             )
             process.start()
-            writer.close()
+            child_end.close()
             processes.append(process)
-            readers.append(reader)
-        collector = _Collector(processes, readers, results, timeout)
+            pipes.append(pipe)
+        collector = _Collector(processes, pipes, results, timeout)
         collector.collect(set(range(world_size) if wait_for is None else wait_for))
         collector.note_unfinished()
         if not stay_alive:
             _await_exit(processes, results, time.monotonic() + EXIT_GRACE_S)
     finally:
         _kill_all(processes)
-        for reader in readers:
-            reader.close()
+        for pipe in pipes:
+            pipe.close()
         shutil.rmtree(tmp_dir, ignore_errors=True)
     for rank, process in enumerate(processes):
         results[rank].exit_code = process.exitcode
@@ -275,12 +281,12 @@ class _Collector:
     def __init__(
         self,
         processes: Sequence[multiprocessing.process.BaseProcess],
-        readers: Sequence[multiprocessing.connection.Connection],
+        pipes: Sequence[multiprocessing.connection.Connection],
         results: list[RankResult],
         timeout: float,
     ) -> None:
         self.processes = processes
-        self.readers = readers
+        self.pipes = pipes
         self.results = results
         self.timeout = timeout
         self.spawned = time.monotonic()
@@ -305,10 +311,15 @@ class _Collector:
         self.starting.discard(rank)
         if not self.starting and self.run_start is None:
             self.run_start = time.monotonic()
+            for pipe in self.pipes:
+                try:
+                    pipe.send_bytes(b"go")
+                except OSError:
+                    pass  # a rank that already ended
 
     def collect(self, pending: set[int]) -> None:
         """Until every rank in ``pending`` reported, died or ran out of time."""
-        reader_rank = {id(reader): rank for rank, reader in enumerate(self.readers)}
+        pipe_rank = {id(pipe): rank for rank, pipe in enumerate(self.pipes)}
         sentinel_rank = {process.sentinel: rank for rank, process in enumerate(self.processes)}
         while pending:
             now = time.monotonic()
@@ -322,12 +333,12 @@ class _Collector:
                 return
             # The start-up of ranks not waited for still sets the run's clock.
             watched = pending | self.starting
-            waitables: list[Any] = [self.readers[rank] for rank in watched]
+            waitables: list[Any] = [self.pipes[rank] for rank in watched]
             waitables += [self.processes[rank].sentinel for rank in pending]
             timeout = self.deadline() - now
             for ready in multiprocessing.connection.wait(waitables, timeout=timeout):
                 is_pipe = isinstance(ready, multiprocessing.connection.Connection)
-                rank = reader_rank[id(ready)] if is_pipe else sentinel_rank[ready]
+                rank = pipe_rank[id(ready)] if is_pipe else sentinel_rank[ready]
                 if rank in self.complete or rank not in watched:
                     continue  # its pipe and its sentinel were both ready
                 complete = self._read(rank, exited=not is_pipe)
@@ -340,12 +351,12 @@ class _Collector:
 
     def note_unfinished(self) -> None:
         """Reads what the ranks not waited for had reported by now, if anything."""
-        for rank, reader in enumerate(self.readers):
+        for rank, pipe in enumerate(self.pipes):
             if rank in self.complete:
                 continue
             result = self.results[rank]
-            while reader.poll():
-                message = _receive(reader, result)
+            while pipe.poll():
+                message = _receive(pipe, result)
                 if message is None:
                     break  # it died; the problem is noted
                 if message[0] != "started":
@@ -356,17 +367,17 @@ class _Collector:
 
     def _read(self, rank: int, exited: bool) -> bool:
         """Reads what the rank sent; True once its story is complete."""
-        reader, result = self.readers[rank], self.results[rank]
+        pipe, result = self.pipes[rank], self.results[rank]
         # A rank that exited may still have its messages in the pipe.
-        while not exited or reader.poll():
-            message = _receive(reader, result)
+        while not exited or pipe.poll():
+            message = _receive(pipe, result)
             if message is None:
                 return True
             if message[0] != "started":
                 _store(message, result)
                 return True
             self._started(rank)
-            if not exited and not reader.poll():
+            if not exited and not pipe.poll():
                 return False
         result.problem = "exited without reporting a result (crashed?)"
         return True
@@ -379,10 +390,10 @@ class _Collector:
             self.first_failure = time.monotonic()
 
 
-def _receive(reader: multiprocessing.connection.Connection, result: RankResult) -> Optional[tuple[str, Any]]:
+def _receive(pipe: multiprocessing.connection.Connection, result: RankResult) -> Optional[tuple[str, Any]]:
     """The next message, or None (and the problem noted) when the pipe ended."""
     try:
-        status, value = pickle.loads(reader.recv_bytes())
+        status, value = pickle.loads(pipe.recv_bytes())
     except EOFError:
         result.problem = "exited without reporting a result (crashed?)"
         return None
