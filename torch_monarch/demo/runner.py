@@ -24,6 +24,7 @@ from torch_monarch.launch.inject import FailureInjector, Injection, InjectionSpe
 from torch_monarch.launch.job import Job
 from torch_monarch.launch.status_view import StatusView, replica_rows
 from torch_monarch.quorum.lighthouse import LighthouseConfig
+from torch_monarch.quorum.sync import SyncConfig
 from torch_monarch.supervision.rundir import read_json, write_json
 
 __all__ = ["PhaseResult", "PhaseSpec", "run_phase"]
@@ -55,6 +56,8 @@ class PhaseSpec:
     extra_args: list[str] = field(default_factory=list)
     #: fork workers from a preloaded forkserver (else new interpreters, like torchrun)
     preload: bool = True
+    #: synchronisation across replicas (monarch-run's --sync/--sync-every)
+    sync: SyncConfig = field(default_factory=SyncConfig)
 
 
 @dataclass
@@ -90,6 +93,10 @@ def _args(spec: PhaseSpec) -> list[str]:
         "3",
         "--run-dir",
         str(spec.run_dir),
+        "--sync",
+        spec.sync.mode,
+        "--sync-every",
+        str(spec.sync.every),
         *spec.extra_args,
         _TRAIN_SCRIPT,
     ]

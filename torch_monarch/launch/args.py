@@ -14,7 +14,9 @@ import argparse
 import os
 from typing import Optional, Sequence
 
-__all__ = ["get_args_parser", "parse_args"]
+from torch_monarch.quorum.sync import SYNC_MODES
+
+__all__ = ["get_args_parser", "parse_args", "sync_env"]
 
 
 def _env(name: str, default: str) -> str:
@@ -83,6 +85,21 @@ def get_args_parser() -> argparse.ArgumentParser:
         default=float(_env("MONARCH_HANG_PROGRESS_TIMEOUT_S", "60")),
         help="Seconds without report_progress() after which a training worker is hung (0: off).",
     )
+    _add(
+        group,
+        "--sync",
+        choices=list(SYNC_MODES),
+        default=None,
+        help="How the training script synchronises replicas (exported as MONARCH_SYNC_MODE): "
+        "diloco (TorchFT's DiLoCo, the default of torch_monarch.quorum.SyncConfig) or per-step.",
+    )
+    _add(
+        group,
+        "--sync-every",
+        type=int,
+        default=None,
+        help="Inner steps between DiLoCo's outer syncs (MONARCH_SYNC_EVERY; default 20).",
+    )
     _add(group, "--no-hang-detection", action="store_true", help="Do not probe for hung workers (like torchrun).")
     _add(
         group,
@@ -124,4 +141,16 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         raise SystemExit("monarch-run: --replicas must be >= 1")
     if not 1 <= args.min_replicas <= args.replicas:
         raise SystemExit("monarch-run: --min-replicas must be between 1 and --replicas")
+    if args.sync_every is not None and args.sync_every < 1:
+        raise SystemExit(f"monarch-run: --sync-every must be >= 1 (inner steps between outer syncs), got {args.sync_every}")
     return args
+
+
+def sync_env(args: argparse.Namespace) -> dict[str, str]:
+    """The workers' ``MONARCH_SYNC_*`` environment for ``--sync``/``--sync-every`` (only those given)."""
+    env = {}
+    if args.sync is not None:
+        env["MONARCH_SYNC_MODE"] = args.sync
+    if args.sync_every is not None:
+        env["MONARCH_SYNC_EVERY"] = str(args.sync_every)
+    return env

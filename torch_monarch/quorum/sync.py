@@ -1,0 +1,139 @@
+"""How replicas synchronise: every step (FT-DDP), or TorchFT's DiLoCo every N steps.
+
+``monarch-run --sync diloco --sync-every 20`` (the default) or
+``--sync per-step`` tells a training script which to use, through
+``MONARCH_SYNC_MODE`` / ``MONARCH_SYNC_EVERY``; the script reads them with
+``SyncConfig().with_env_overrides()``.
+
+With DiLoCo, :class:`DiLoCoSync` wraps ``torchft.local_sgd.DiLoCo``: the
+inner optimizer steps locally, and every ``every`` inner steps the replicas
+average their pseudo-gradients (global weights minus local weights) over the
+Manager's process group and step an outer optimizer (SGD with Nesterov
+momentum, as in the DiLoCo paper). TorchFT registers the outer optimizer and
+the global (backup) weights with the Manager, so a replica that heals from a
+donor gets them along with the script's own state (model, inner optimizer).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Optional, Type
+
+from torch_monarch._env import with_env_overrides
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["SYNC_MODES", "DiLoCoSync", "SyncConfig"]
+
+logger: logging.Logger = logging.getLogger(__name__)
+
+SYNC_MODES = ("diloco", "per-step")
+
+
+@dataclass(frozen=True)
+class SyncConfig:
+    """Synchronisation across replicas (env: ``MONARCH_SYNC_<FIELD>``).
+
+    Attributes:
+        mode: ``diloco`` (outer sync every ``every`` inner steps) or ``per-step``.
+        every: inner steps between DiLoCo's outer syncs (>= 1).
+        outer_lr: the outer optimizer's learning rate.
+        outer_momentum: its Nesterov momentum.
+    """
+
+    mode: str = "diloco"
+    every: int = 20
+    outer_lr: float = 0.7
+    outer_momentum: float = 0.9
+
+    def __post_init__(self) -> None:
+        if self.mode not in SYNC_MODES:
+            raise ValueError(f"unknown sync mode {self.mode!r}: choose {' or '.join(SYNC_MODES)}")
+        if self.every < 1:
+            raise ValueError(f"sync every {self.every} steps: it must be a whole number of steps >= 1")
+
+    def with_env_overrides(self) -> "SyncConfig":
+        return with_env_overrides(self, "MONARCH_SYNC_")
+
+    def to_env(self) -> dict[str, str]:
+        return {"MONARCH_SYNC_MODE": self.mode, "MONARCH_SYNC_EVERY": str(self.every)}
+
+
+class DiLoCoSync:
+    """TorchFT's DiLoCo over one model, telling the caller when an outer sync ran.
+
+    The Manager must use a synchronous quorum (``use_async_quorum=False``):
+    DiLoCo heals a replica at the start of an outer sync. Use as a context
+    manager around the training loop and call :meth:`step` instead of
+    ``inner_optimizer.step()``.
+
+    A fresh process (job start, restart, replacement) joins the next outer
+    sync after one inner step, instead of training ``every`` inner steps on
+    weights that healing from a donor will overwrite: that is what keeps a
+    restarted replica's rejoin short.
+    """
+
+    def __init__(self, manager: Any, model: "torch.nn.Module", inner_optimizer: "torch.optim.Optimizer", config: SyncConfig) -> None:
+        import torch
+        from torchft.local_sgd import DiLoCo
+
+        if config.mode != "diloco":
+            raise ValueError(f"DiLoCoSync needs SyncConfig(mode='diloco'), got {config.mode!r}")
+        self.config = config
+        self.manager = manager
+        self.inner_optimizer = inner_optimizer
+        self.outer_optimizer = torch.optim.SGD(
+            model.parameters(), lr=config.outer_lr, momentum=config.outer_momentum, nesterov=True
+        )
+        self._diloco = DiLoCo(
+            manager,
+            [model],
+            inner_optimizer,
+            self.outer_optimizer,
+            sync_every=config.every,
+            backup_device=torch.device("cpu"),
+            pin_memory=False,
+        )
+        # DiLoCo counts inner steps since the last outer sync in `_local_step`
+        # (no public accessor in torchft 0.2.0); the next step() syncs.
+        self._diloco._local_step = config.every - 1
+
+    @property
+    def inner_step(self) -> int:
+        """Inner steps taken since the last outer sync."""
+        return int(self._diloco._local_step)
+
+    @property
+    def syncs_next(self) -> bool:
+        """True when the next :meth:`step` ends with an outer sync."""
+        return self.inner_step + 1 >= self.config.every
+
+    def global_parameters(self) -> "dict[str, torch.Tensor]":
+        """The weights of the last committed outer sync (DiLoCo's backup copy)."""
+        return dict(self._diloco._fragments[0].original_parameters)
+
+    def step(self) -> Optional[bool]:
+        """One inner optimizer step; at the end of an interval also the outer sync.
+
+        Returns None after an inner step only, else whether the outer sync
+        committed (False: the replicas' weights went back to the last
+        committed sync, and the interval is trained again).
+        """
+        syncing = self.syncs_next
+        before = self.manager.current_step()
+        self.inner_optimizer.step()
+        if not syncing:
+            return None
+        return self.manager.current_step() > before
+
+    def __enter__(self) -> "DiLoCoSync":
+        self._diloco.__enter__()
+        return self
+
+    def __exit__(
+        self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException], tb: Optional[TracebackType]
+    ) -> bool:
+        return self._diloco.__exit__(exc_type, exc, tb)
