@@ -17,11 +17,12 @@ from typing import Any
 
 import pytest
 import torch
+from multiproc import WorkerContext, run_workers_ok
 from test_run_cli import events, monarch_run
 
 from torch_monarch.demo.fault_tolerance import main as demo_main
 from torch_monarch.launch.args import parse_args, sync_env
-from torch_monarch.quorum import SyncConfig
+from torch_monarch.quorum import SyncConfig, broadcast_replica_state
 
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "diloco_steps.py"
 OUTER_STEPS = 5
@@ -74,6 +75,28 @@ def test_kill_then_heal_and_identical_parameters(tmp_path: Path, where: str) -> 
         # The victim died having sent only part of its pseudo-gradients: the
         # survivor's outer sync 2 -> 3 failed, was retried and then committed.
         assert {"step": 2, "committed": False} in [{k: s[k] for k in ("step", "committed")} for s in survivor]
+
+
+def _healed_from_different_donors(ctx: WorkerContext) -> list[list[torch.Tensor]]:
+    """Each rank holds another donor's weights and Adam state, as after a DiLoCo heal; then they agree."""
+    ctx.init()
+    torch.manual_seed(ctx.rank)
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
+    model(torch.randn(4, 3)).sum().backward()
+    optimizer.step()
+    broadcast_replica_state(model, optimizer)
+    state = [optimizer.state[p][k] for p in model.parameters() for k in sorted(optimizer.state[p])]
+    return [[p.detach().clone() for p in model.parameters()], [t.clone() for t in state]]
+
+
+@pytest.mark.timeout(60)
+def test_ranks_of_a_healed_replica_agree_on_one_donor() -> None:
+    ranks = run_workers_ok(_healed_from_different_donors, 2)
+    torch.manual_seed(1)
+    assert not torch.equal(ranks[0][0][0], torch.nn.Linear(3, 2).weight.detach()), "rank 1 started elsewhere"
+    for mine, theirs in zip(ranks[0][0] + ranks[0][1], ranks[1][0] + ranks[1][1]):
+        assert torch.equal(mine, theirs)
 
 
 @pytest.mark.parametrize("value", ["0", "-3"])

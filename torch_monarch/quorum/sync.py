@@ -11,7 +11,9 @@ average their pseudo-gradients (global weights minus local weights) over the
 Manager's process group and step an outer optimizer (SGD with Nesterov
 momentum, as in the DiLoCo paper). TorchFT registers the outer optimizer and
 the global (backup) weights with the Manager, so a replica that heals from a
-donor gets them along with the script's own state (model, inner optimizer).
+donor gets them along with the script's own state (model, inner optimizer);
+then :func:`broadcast_replica_state` makes all of the replica's ranks agree
+on one donor's local weights and inner optimizer state.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from torch_monarch._env import with_env_overrides
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["SYNC_MODES", "DiLoCoSync", "SyncConfig"]
+__all__ = ["SYNC_MODES", "DiLoCoSync", "SyncConfig", "broadcast_replica_state"]
 
 logger: logging.Logger = logging.getLogger(__name__)
 
@@ -60,6 +62,31 @@ class SyncConfig:
 
     def to_env(self) -> dict[str, str]:
         return {"MONARCH_SYNC_MODE": self.mode, "MONARCH_SYNC_EVERY": str(self.every)}
+
+
+def broadcast_replica_state(model: "torch.nn.Module", optimizer: "torch.optim.Optimizer", group: Any = None) -> None:
+    """Gives every rank of the replica rank 0's parameters and optimizer state.
+
+    TorchFT heals each rank of a replica on its own and spreads the ranks
+    over the up-to-date replicas (round robin by group rank), so rank 0 and
+    rank 1 can heal from different donors. Under per-step sync every donor
+    holds the same state; under DiLoCo each donor holds its own local
+    weights and inner optimizer state, and a replica whose ranks disagree
+    would train on inconsistent weights from then on. Collective over
+    ``group`` (default: the replica's default process group).
+    """
+    import torch
+    import torch.distributed as dist
+
+    if not dist.is_initialized() or dist.get_world_size(group) == 1:
+        return
+    src = dist.get_global_rank(group, 0) if group is not None else 0
+    tensors = [p.data for p in model.parameters()]
+    for p in model.parameters():
+        state = optimizer.state.get(p, {})
+        tensors += [state[k] for k in sorted(state) if isinstance(state[k], torch.Tensor)]
+    for t in tensors:
+        dist.broadcast(t, src=src, group=group)
 
 
 class DiLoCoSync:
@@ -96,6 +123,11 @@ class DiLoCoSync:
             sync_every=config.every,
             backup_device=torch.device("cpu"),
             pin_memory=False,
+        )
+        # Registered after DiLoCo's own state (global weights, outer optimizer),
+        # so it runs last when this replica heals.
+        manager.register_state_dict_fn(
+            "torch_monarch_replica_consistency", lambda _: broadcast_replica_state(model, inner_optimizer), lambda: {}
         )
         # DiLoCo counts inner steps since the last outer sync in `_local_step`
         # (no public accessor in torchft 0.2.0); the next step() syncs.
