@@ -22,7 +22,8 @@ from test_run_cli import events, monarch_run
 
 from torch_monarch.demo.fault_tolerance import main as demo_main
 from torch_monarch.launch.args import parse_args, sync_env
-from torch_monarch.quorum import SyncConfig, broadcast_replica_state
+from torch_monarch.quorum import SyncConfig
+from torch_monarch.quorum.sync import broadcast_replica_state, optimizer_tensors
 
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "diloco_steps.py"
 OUTER_STEPS = 5
@@ -78,16 +79,16 @@ def test_kill_then_heal_and_identical_parameters(tmp_path: Path, where: str) -> 
 
 
 def _healed_from_different_donors(ctx: WorkerContext) -> list[list[torch.Tensor]]:
-    """Each rank holds another donor's weights and Adam state, as after a DiLoCo heal; then they agree."""
+    """Each rank holds another donor's weights and Adam state, as after a DiLoCo heal; then they take rank 0's."""
     ctx.init()
     torch.manual_seed(ctx.rank)
     model = torch.nn.Linear(3, 2)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
     model(torch.randn(4, 3)).sum().backward()
     optimizer.step()
-    broadcast_replica_state(model, optimizer)
-    state = [optimizer.state[p][k] for p in model.parameters() for k in sorted(optimizer.state[p])]
-    return [[p.detach().clone() for p in model.parameters()], [t.clone() for t in state]]
+    params = list(model.parameters())
+    broadcast_replica_state([p.data for p in params] + optimizer_tensors(optimizer, params))
+    return [[p.detach().clone() for p in params], [t.clone() for t in optimizer_tensors(optimizer, params)]]
 
 
 @pytest.mark.timeout(60)

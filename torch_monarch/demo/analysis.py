@@ -249,7 +249,10 @@ def participants_per_sync(run: RunData) -> dict[int, int]:
 
 
 def eval_final_params(run_dir: Path, eval_batches: list[tuple[torch.Tensor, torch.Tensor]], model: torch.nn.Module) -> dict[str, Any]:
-    """Loads every replica's final parameters: are they identical, and their eval loss."""
+    """Loads the final parameters of every rank of every replica: are they identical, and their eval loss.
+
+    ``replicas`` counts the replicas that saved them, ``steps`` is one per replica.
+    """
     files = sorted((run_dir / "final").glob("replica_*.pt"))
     states = [torch.load(f, map_location="cpu") for f in files]
     if not states:
@@ -263,4 +266,5 @@ def eval_final_params(run_dir: Path, eval_batches: list[tuple[torch.Tensor, torc
     model.eval()
     with torch.no_grad():
         loss = statistics.fmean(model.loss(x, y).item() for x, y in eval_batches)
-    return {"replicas": len(states), "identical": identical, "loss": loss, "steps": [int(s["step"]) for s in states]}
+    by_replica = {s["replica"]: int(s["step"]) for s in states}
+    return {"replicas": len(by_replica), "identical": identical, "loss": loss, "steps": list(by_replica.values())}

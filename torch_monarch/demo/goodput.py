@@ -5,21 +5,24 @@ after it measures the machine as much as the recovery: on a shared host one
 such ratio came out at 1.19. Here everything comes from one run, measured
 against the same processes' own failure-free pace:
 
-* Work is counted in blocks of :data:`BLOCK_INNER_STEPS` inner steps (one
-  DiLoCo-20 outer sync, or 20 per-step steps). Block ``k`` ends when the
-  first replica commits its last step; it took ``Δ_k`` seconds.
+* Work is counted in blocks of :data:`BLOCK_INNER_STEPS` inner steps (three
+  DiLoCo-20 outer syncs, or 60 per-step steps: long enough for step-to-step
+  jitter to average out). Block ``k`` ends when the first replica commits
+  its last step; it took ``Δ_k`` seconds.
 * A replica *contributes* a step when it committed that step and the one
   before it: a replica that has just healed carries its donor's work, not
   its own.
-* The failure-free pace ``m`` is the median ``Δ`` over the blocks that no
-  failure overlaps (from its injection until the victim is back).
-* ``goodput = Σ_k c_k · min(Δ_k, m) / Σ_k Δ_k``, where ``c_k`` is the mean
+* The failure-free pace ``m_k`` of block ``k`` is the median ``Δ`` of the
+  blocks that no failure overlaps (from its injection until the victim is
+  back) within :data:`PACE_WINDOW_S` of it: the same processes, at the same
+  time, so the pace follows the machine's load as it drifts.
+* ``goodput = Σ_k c_k · min(Δ_k, m_k) / Σ_k Δ_k``, where ``c_k`` is the mean
   fraction of replicas contributing to block ``k``'s steps.
 
-Every term is at most its denominator, so goodput <= 1 whatever the load:
-a block slower than the failure-free pace counts only ``m`` of its time, a
-faster one counts in full. Jitter can only lower it; the failure-free run's
-own goodput (the demo computes both) shows how much.
+Every term is at most its share of the denominator, so goodput <= 1
+whatever the load: a block slower than the failure-free pace counts only
+``m_k`` of its time, a faster one counts in full. Jitter can only lower it;
+the failure-free run's own goodput (the demo computes both) shows how much.
 """
 
 from __future__ import annotations
@@ -31,7 +34,9 @@ from torch_monarch.demo.analysis import FailureRecord, RunData
 
 __all__ = ["BLOCK_INNER_STEPS", "goodput"]
 
-BLOCK_INNER_STEPS = 20
+BLOCK_INNER_STEPS = 60
+#: the failure-free pace of a block: the median of the quiet blocks within this many seconds of it
+PACE_WINDOW_S = 15.0
 
 
 def _failure_spans(run: RunData, failures: Sequence[FailureRecord]) -> list[tuple[float, float]]:
@@ -60,7 +65,13 @@ def goodput(run: RunData, replicas: int, failures: Sequence[FailureRecord], inne
         blocks.append((done_at[first], done_at[last], statistics.fmean(shares)))
     if len(blocks) < 2:
         return None
-    quiet = [b - a for a, b, _ in blocks if not any(a < f_end and b > f_start for f_start, f_end in spans)]
-    pace = statistics.median(quiet or [b - a for a, b, _ in blocks])
-    useful = sum(share * min(b - a, pace) for a, b, share in blocks)
+    quiet = [(a, b) for a, b, _ in blocks if not any(a < f_end and b > f_start for f_start, f_end in spans)] or [
+        (a, b) for a, b, _ in blocks
+    ]
+    useful = 0.0
+    for a, b, share in blocks:
+        middle = (a + b) / 2
+        near = [q_end - q_start for q_start, q_end in quiet if abs((q_start + q_end) / 2 - middle) <= PACE_WINDOW_S]
+        pace = statistics.median(near or [q_end - q_start for q_start, q_end in quiet])
+        useful += share * min(b - a, pace)
     return useful / sum(b - a for a, b, _ in blocks)

@@ -223,12 +223,12 @@ def main() -> None:
     else:
         loop.per_step()
 
-    if rank == 0 and ctx.run_dir is not None:
+    if ctx.run_dir is not None:  # every rank: the job's ranks must all agree, not only rank 0 of each replica
         final = ctx.run_dir.root / "final"
         final.mkdir(parents=True, exist_ok=True)
         torch.save(
-            {"step": manager.current_step(), "model": model.state_dict(), "replica": replica, "t": time.time()},
-            final / f"replica_{replica}.pt",
+            {"step": manager.current_step(), "model": model.state_dict(), "replica": replica, "rank": rank, "t": time.time()},
+            final / f"replica_{replica}_rank_{rank}.pt",
         )
     supervision.report_progress(manager.current_step(), state="done")
     manager.shutdown(wait=False)

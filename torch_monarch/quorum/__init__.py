@@ -11,7 +11,7 @@ restarted replica heals from a donor the quorum picks and rejoins.
 from torch_monarch.quorum.lighthouse import EmbeddedLighthouse, LighthouseConfig, TORCHFT_DEFAULTS
 from torch_monarch.quorum.manager import QuorumConfig, make_manager
 from torch_monarch.quorum.process_group import make_process_group
-from torch_monarch.quorum.sync import DiLoCoSync, SyncConfig, broadcast_replica_state
+from torch_monarch.quorum.sync import DiLoCoSync, SyncConfig
 
 __all__ = [
     "DiLoCoSync",
@@ -21,6 +21,5 @@ __all__ = [
     "SyncConfig",
     "TORCHFT_DEFAULTS",
     "make_manager",
-    "broadcast_replica_state",
     "make_process_group",
 ]

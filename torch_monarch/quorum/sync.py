@@ -11,9 +11,9 @@ average their pseudo-gradients (global weights minus local weights) over the
 Manager's process group and step an outer optimizer (SGD with Nesterov
 momentum, as in the DiLoCo paper). TorchFT registers the outer optimizer and
 the global (backup) weights with the Manager, so a replica that heals from a
-donor gets them along with the script's own state (model, inner optimizer);
-then :func:`broadcast_replica_state` makes all of the replica's ranks agree
-on one donor's local weights and inner optimizer state.
+donor gets them along with the script's own state (model, inner optimizer).
+After every outer sync the replica's ranks take rank 0's state
+(:meth:`DiLoCoSync._agree_inside_replica` says why).
 """
 
 from __future__ import annotations
@@ -21,14 +21,14 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Optional, Type
+from typing import TYPE_CHECKING, Any, Optional, Sequence, Type
 
 from torch_monarch._env import with_env_overrides
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["SYNC_MODES", "DiLoCoSync", "SyncConfig", "broadcast_replica_state"]
+__all__ = ["SYNC_MODES", "DiLoCoSync", "SyncConfig", "broadcast_replica_state", "optimizer_tensors"]
 
 logger: logging.Logger = logging.getLogger(__name__)
 
@@ -64,27 +64,28 @@ class SyncConfig:
         return {"MONARCH_SYNC_MODE": self.mode, "MONARCH_SYNC_EVERY": str(self.every)}
 
 
-def broadcast_replica_state(model: "torch.nn.Module", optimizer: "torch.optim.Optimizer", group: Any = None) -> None:
-    """Gives every rank of the replica rank 0's parameters and optimizer state.
-
-    TorchFT heals each rank of a replica on its own and spreads the ranks
-    over the up-to-date replicas (round robin by group rank), so rank 0 and
-    rank 1 can heal from different donors. Under per-step sync every donor
-    holds the same state; under DiLoCo each donor holds its own local
-    weights and inner optimizer state, and a replica whose ranks disagree
-    would train on inconsistent weights from then on. Collective over
-    ``group`` (default: the replica's default process group).
-    """
+def optimizer_tensors(optimizer: "torch.optim.Optimizer", params: "Sequence[torch.Tensor]") -> "list[torch.Tensor]":
+    """The optimizer's state tensors, in parameter order (for :func:`broadcast_replica_state`)."""
     import torch
+
+    out = []
+    for p in params:
+        state = optimizer.state.get(p, {})
+        out += [state[k] for k in sorted(state) if isinstance(state[k], torch.Tensor)]
+    return out
+
+
+def broadcast_replica_state(tensors: "Sequence[torch.Tensor]", group: Any = None) -> None:
+    """Overwrites ``tensors`` on every rank of the replica with rank 0's (in place).
+
+    A collective over ``group`` (default: the replica's default process
+    group); every rank passes the same list of shapes.
+    """
     import torch.distributed as dist
 
     if not dist.is_initialized() or dist.get_world_size(group) == 1:
         return
     src = dist.get_global_rank(group, 0) if group is not None else 0
-    tensors = [p.data for p in model.parameters()]
-    for p in model.parameters():
-        state = optimizer.state.get(p, {})
-        tensors += [state[k] for k in sorted(state) if isinstance(state[k], torch.Tensor)]
     for t in tensors:
         dist.broadcast(t, src=src, group=group)
 
@@ -124,11 +125,9 @@ class DiLoCoSync:
             backup_device=torch.device("cpu"),
             pin_memory=False,
         )
-        # Registered after DiLoCo's own state (global weights, outer optimizer),
-        # so it runs last when this replica heals.
-        manager.register_state_dict_fn(
-            "torch_monarch_replica_consistency", lambda _: broadcast_replica_state(model, inner_optimizer), lambda: {}
-        )
+        self._model = model
+        self._healed = False
+        manager.register_state_dict_fn("torch_monarch_healed", self._on_heal, dict)
         # DiLoCo counts inner steps since the last outer sync in `_local_step`
         # (no public accessor in torchft 0.2.0); the next step() syncs.
         self._diloco._local_step = config.every - 1
@@ -147,6 +146,39 @@ class DiLoCoSync:
         """The weights of the last committed outer sync (DiLoCo's backup copy)."""
         return dict(self._diloco._fragments[0].original_parameters)
 
+    def _on_heal(self, _state: Any) -> None:
+        self._healed = True
+
+    def _agree_inside_replica(self) -> None:
+        """After an outer sync, every rank of the replica takes rank 0's state.
+
+        TorchFT heals each rank of a replica on its own, and spreads the
+        ranks over the up-to-date replicas (round robin by group rank; at
+        step 0 each group rank has its own primary). Under DiLoCo each donor
+        holds its own local weights and inner optimizer state, so rank 0
+        and rank 1 of a healed replica can disagree, and so can the outer
+        averages of process group 0 and process group 1 in every replica.
+        Rank 0 of every replica computed the same group-0 average, so giving
+        its weights, DiLoCo's global weights and outer momentum (and, after a
+        heal, its inner optimizer state) to the other ranks makes the whole
+        job agree again.
+        """
+        import torch
+        import torch.distributed as dist
+
+        if not dist.is_initialized() or dist.get_world_size() == 1:
+            self._healed = False
+            return
+        healed = torch.tensor([1.0 if self._healed else 0.0])
+        dist.all_reduce(healed, op=dist.ReduceOp.MAX)
+        self._healed = False
+        params = list(self._model.parameters())
+        tensors = [p.data for p in params] + list(self.global_parameters().values())
+        tensors += optimizer_tensors(self.outer_optimizer, params)
+        if healed.item():
+            tensors += optimizer_tensors(self.inner_optimizer, params)
+        broadcast_replica_state(tensors)
+
     def step(self) -> Optional[bool]:
         """One inner optimizer step; at the end of an interval also the outer sync.
 
@@ -159,6 +191,7 @@ class DiLoCoSync:
         self.inner_optimizer.step()
         if not syncing:
             return None
+        self._agree_inside_replica()
         return self.manager.current_step() > before
 
     def __enter__(self) -> "DiLoCoSync":
