@@ -143,6 +143,7 @@ def measure(setup: str, sync: str, args: argparse.Namespace, out: Path) -> dict[
             {
                 "goodput": goodput(run, args.replicas, records, inner_per_commit),
                 "healthy_missed_syncs": missed_syncs(run, records),
+                "healthy_retried_syncs": missed_syncs(run, records, work_kept=True),
                 "commit_interval_s": _commit_interval(run),
                 "final_params_identical": bool(final["identical"] and final["replicas"] == args.replicas),
                 "final_loss": final["loss"],
@@ -167,6 +168,7 @@ def summarise(result: dict[str, Any]) -> dict[str, Any]:
         "healthy_stall_s": _median([r.healthy_stall_s for r in records if r.healthy_stall_s is not None]),
         "healthy_max_stall_s": max((r.healthy_stall_s for r in records if r.healthy_stall_s is not None), default=None),
         "healthy_missed_syncs": sum(run["healthy_missed_syncs"] for run in result["runs"]),
+        "healthy_retried_syncs": sum(run["healthy_retried_syncs"] for run in result["runs"]),
         "rejoin_s": _median([r.rejoin_s for r in records if r.rejoin_s is not None]) if all(r.recovered for r in records) else None,
         "commit_interval_s": _median([run["commit_interval_s"] for run in result["runs"] if run["commit_interval_s"]]),
         "goodput": [min(goodputs), statistics.median(goodputs), max(goodputs)] if goodputs else None,
@@ -195,17 +197,17 @@ def print_tables(results: list[dict[str, Any]], args: argparse.Namespace) -> Non
     print(f"Recovery from injected failures: {args.replicas} replicas x {args.workers} workers, one failure every {args.every:.0f}s, "
           f"{args.runs} run(s) with failures per row")
     print("detection: injection -> supervisor's report; stall: longest gap between two commits of a healthy replica; "
-          "missed: commits the healthy replicas failed; rejoin: injection -> the failed replica commits again (medians)")
+          "missed: commits the healthy replicas failed, losing their work; retried: failed DiLoCo syncs retried with the work kept; rejoin: injection -> the failed replica commits again (medians)")
     print("goodput: useful work against the same run's failure-free pace (<= 1), min/median/max over runs; "
           "loss: final loss / the failure-free phase's (median)")
     print(f"{'setup':<16} {'sync':<10} {'failures':>8} {'recovered':>9} {'detection s':>11} {'stall s':>8} {'max stall s':>11} "
-          f"{'commit every s':>14} {'missed':>6} {'rejoin s':>8} {'goodput min/med/max':>20} {'identical':>9} {'loss':>6}")
+          f"{'commit every s':>14} {'missed':>6} {'retried':>7} {'rejoin s':>8} {'goodput min/med/max':>20} {'identical':>9} {'loss':>6}")
     for r in results:
         s = summarise(r)
         gp = "/".join(f"{g:.3f}" for g in s["goodput"]) if s["goodput"] else "-"
         print(f"{r['setup']:<16} {r['sync']:<10} {s['failures']:>8} {s['recovered']:>9} {_fmt(s['detection_s']):>11} "
               f"{_fmt(s['healthy_stall_s']):>8} {_fmt(s['healthy_max_stall_s']):>11} {_fmt(s['commit_interval_s'], '6.3f'):>14} "
-              f"{s['healthy_missed_syncs']:>6} {_fmt(s['rejoin_s']):>8} {gp:>20} {str(s['identical']):>9} "
+              f"{s['healthy_missed_syncs']:>6} {s['healthy_retried_syncs']:>7} {_fmt(s['rejoin_s']):>8} {gp:>20} {str(s['identical']):>9} "
               f"{_fmt(s['loss_vs_failure_free'], '6.3f'):>6}")
     print()
     print(f"{'kind':<6} {'setup':<16} {'sync':<10} {'n':>2} {'recovered':>9} {'detection s':>11} {'max stall s':>11} {'missed':>6} {'rejoin s':>8}")

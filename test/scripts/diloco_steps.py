@@ -105,12 +105,13 @@ def main() -> None:
                 dist.all_reduce(p.grad)
                 p.grad /= world
             supervision.report_progress(step, state="syncing" if diloco.syncs_next else "training")
-            committed = diloco.step()
-            if committed is None or rank != 0 or log is None:
+            result = diloco.step()
+            if result is None or rank != 0 or log is None:
                 continue
             record = {
                 "step": manager.current_step(),
-                "committed": committed,
+                "committed": result.committed,
+                "work_kept": result.work_kept,
                 "attempt": ctx.restart_count,
                 "healed": bool(healed),
                 "participants": manager.num_participants(),

@@ -118,7 +118,8 @@ class FailureRecord:
     participants_after: Optional[int] = None
     healthy_stall_s: Optional[float] = None
     healthy_reform_s: Optional[float] = None
-    #: steps or outer syncs the healthy replicas failed to commit while this failure lasted
+    #: steps or outer syncs the healthy replicas failed to commit while this failure lasted, losing their work
+    #: (a DiLoCo sync retried with the interval's weights is not missed)
     healthy_missed_syncs: int = 0
     loss_at_injection: Optional[float] = None
     loss_at_rejoin: Optional[float] = None
@@ -208,7 +209,9 @@ def analyse_failures(run: RunData, replicas: int) -> list[FailureRecord]:
         gaps = [g for g in (_max_gap(cs, t_inj, end) for cs in healthy.values()) if g is not None]
         rec.healthy_stall_s = max(gaps) if gaps else None
         rec.healthy_missed_syncs = sum(
-            1 for e in run.events if e["event"] == "sync_failed" and str(e.get("replica")) != replica and t_inj <= e["t"] <= end
+            1
+            for e in run.events
+            if e["event"] == "sync_failed" and not e.get("work_kept") and str(e.get("replica")) != replica and t_inj <= e["t"] <= end
         )
         if rec.rejoined_s is not None:
             t_rejoin = run.window_start + rec.rejoined_s
@@ -223,12 +226,16 @@ def analyse_failures(run: RunData, replicas: int) -> list[FailureRecord]:
     return records
 
 
-def missed_syncs(run: RunData, failures: list[FailureRecord]) -> int:
-    """Failed commits (``sync_failed``) in the window of replicas that were not themselves failing then."""
+def missed_syncs(run: RunData, failures: list[FailureRecord], *, work_kept: bool = False) -> int:
+    """Failed commits (``sync_failed``) in the window of replicas that were not themselves failing then.
+
+    ``work_kept=False``: those that lost the work since the last commit;
+    True: failed DiLoCo syncs retried with the interval's weights.
+    """
     failing = [(f.replica, run.window_start + f.injected_s, run.window_start + (f.rejoined_s or f.injected_s + 30.0)) for f in failures]
     count = 0
     for e in run.events:
-        if e["event"] != "sync_failed" or not run.window_start <= e["t"] <= run.window_end:
+        if e["event"] != "sync_failed" or bool(e.get("work_kept")) != work_kept or not run.window_start <= e["t"] <= run.window_end:
             continue
         replica = str(e.get("replica"))
         if not any(replica == r and a <= e["t"] <= b for r, a, b in failing):

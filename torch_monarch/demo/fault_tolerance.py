@@ -117,6 +117,7 @@ def _summarise(args: argparse.Namespace, out: Path, failed: PhaseResult, base: O
         "inner_steps_per_commit": inner_per_commit,
         "participants_per_sync": participants_per_sync(run),
         "healthy_missed_syncs": missed_syncs(run, failures),
+        "healthy_retried_syncs": missed_syncs(run, failures, work_kept=True),
         "goodput": goodput(run, args.replicas, failures, inner_per_commit),
         "final_params_identical": bool(final["identical"] and final["replicas"] == args.replicas),
         "final_replicas_saved": final["replicas"],

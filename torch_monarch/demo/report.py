@@ -86,6 +86,7 @@ def format_summary(summary: dict[str, Any]) -> str:
         "median_rejoin_s",
         "max_rejoin_s",
         "healthy_missed_syncs",
+        "healthy_retried_syncs",
         "participants_per_sync",
         "goodput",
         "baseline_goodput",

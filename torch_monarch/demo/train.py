@@ -96,8 +96,11 @@ class _Loop:
         flat /= self.world
         return loss.item(), flat
 
-    def _committed(self, committed: bool, loss: float, inner_steps: int) -> None:
-        """Reports one step (per-step) or outer sync (DiLoCo) and whether it committed."""
+    def _committed(self, committed: bool, loss: float, inner_steps: int, work_kept: bool = False) -> None:
+        """Reports one step (per-step) or outer sync (DiLoCo) and whether it committed.
+
+        ``work_kept``: a failed DiLoCo sync that is retried with the interval's weights.
+        """
         manager = self.manager
         step = manager.current_step()
         quorum_id = manager._quorum_id  # TorchFT has no public accessor
@@ -113,7 +116,9 @@ class _Loop:
             supervision.worker.event("quorum", quorum_id=quorum_id, participants=participants, step=step)
             self.last_quorum = quorum_id
         if not committed:
-            supervision.worker.event("sync_failed", step=step, quorum_id=quorum_id, participants=participants)
+            supervision.worker.event(
+                "sync_failed", step=step, quorum_id=quorum_id, participants=participants, work_kept=work_kept
+            )
             return
         supervision.record_step(step, loss=loss, quorum_id=quorum_id, participants=participants)
         if self.healed_at:
@@ -152,14 +157,15 @@ class _Loop:
             losses.append(loss)
             if diloco.syncs_next:
                 supervision.report_progress(outer, state="syncing")
-            committed = diloco.step()
+            result = diloco.step()
             self.scheduler.step()
             self.optimizer.zero_grad(set_to_none=True)
-            if committed is None:
+            if result is None:
                 supervision.report_progress(outer, loss=round(losses[-1], 4))
                 continue
-            self._committed(committed, sum(losses) / len(losses), len(losses))
-            losses.clear()
+            self._committed(result.committed, sum(losses) / len(losses), len(losses), result.work_kept)
+            if result.committed or not result.work_kept:
+                losses.clear()
 
 
 @supervision.supervised

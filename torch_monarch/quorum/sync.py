@@ -13,7 +13,7 @@ momentum, as in the DiLoCo paper). TorchFT registers the outer optimizer and
 the global (backup) weights with the Manager, so a replica that heals from a
 donor gets them along with the script's own state (model, inner optimizer).
 After every outer sync the replica's ranks take rank 0's state
-(:meth:`DiLoCoSync._agree_inside_replica` says why).
+(:meth:`DiLoCoSync._after_sync` says why).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from torch_monarch._env import with_env_overrides
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["SYNC_MODES", "DiLoCoSync", "SyncConfig", "broadcast_replica_state", "optimizer_tensors"]
+__all__ = ["SYNC_MODES", "DiLoCoSync", "SyncConfig", "SyncResult", "broadcast_replica_state", "optimizer_tensors"]
 
 logger: logging.Logger = logging.getLogger(__name__)
 
@@ -90,13 +90,31 @@ def broadcast_replica_state(tensors: "Sequence[torch.Tensor]", group: Any = None
         dist.broadcast(t, src=src, group=group)
 
 
+@dataclass(frozen=True)
+class SyncResult:
+    """How one outer sync went.
+
+    Attributes:
+        committed: the replicas' outer step was taken.
+        work_kept: committed, or failed with this interval's local weights
+            kept: the sync is retried after one more inner step. False: the
+            weights went back to the last committed sync and the interval is
+            trained again (TorchFT's behaviour; after a heal inside the sync).
+    """
+
+    committed: bool
+    work_kept: bool
+
+
 class DiLoCoSync:
     """TorchFT's DiLoCo over one model, telling the caller when an outer sync ran.
 
     The Manager must use a synchronous quorum (``use_async_quorum=False``):
     DiLoCo heals a replica at the start of an outer sync. Use as a context
     manager around the training loop and call :meth:`step` instead of
-    ``inner_optimizer.step()``.
+    ``inner_optimizer.step()``. An outer sync that fails (a peer died inside
+    it) is retried after one more inner step with the interval's local
+    weights, instead of throwing the interval away.
 
     A fresh process (job start, restart, replacement) joins the next outer
     sync after one inner step, instead of training ``every`` inner steps on
@@ -127,6 +145,8 @@ class DiLoCoSync:
         )
         self._model = model
         self._healed = False
+        self._local: Optional[list[Any]] = None
+        self._hook: Any = None
         manager.register_state_dict_fn("torch_monarch_healed", self._on_heal, dict)
         # DiLoCo counts inner steps since the last outer sync in `_local_step`
         # (no public accessor in torchft 0.2.0); the next step() syncs.
@@ -148,57 +168,80 @@ class DiLoCoSync:
 
     def _on_heal(self, _state: Any) -> None:
         self._healed = True
+        self._local = None  # the weights of before the heal are not this replica's any more
 
-    def _agree_inside_replica(self) -> None:
-        """After an outer sync, every rank of the replica takes rank 0's state.
+    def _keep_local_weights(self, *_: Any) -> None:
+        # An optimizer post-hook registered before DiLoCo's: runs after the
+        # inner update and before DiLoCo's outer sync.
+        if self.inner_step + 1 >= self.config.every:
+            self._local = [p.detach().clone() for p in self._model.parameters()]
 
-        TorchFT heals each rank of a replica on its own, and spreads the
-        ranks over the up-to-date replicas (round robin by group rank; at
-        step 0 each group rank has its own primary). Under DiLoCo each donor
-        holds its own local weights and inner optimizer state, so rank 0
-        and rank 1 of a healed replica can disagree, and so can the outer
-        averages of process group 0 and process group 1 in every replica.
-        Rank 0 of every replica computed the same group-0 average, so giving
-        its weights, DiLoCo's global weights and outer momentum (and, after a
-        heal, its inner optimizer state) to the other ranks makes the whole
-        job agree again.
+    def _after_sync(self, committed: bool) -> SyncResult:
+        """Retries a failed sync with the interval's work, and makes the replica's ranks agree.
+
+        Retry: TorchFT's DiLoCo resets the weights to the last committed sync
+        and trains the whole interval again; when a peer died inside the
+        sync, that throws away every healthy replica's interval. Instead the
+        local weights go back in and the sync runs again after one inner
+        step, unless a rank of the replica healed in that sync (its weights
+        of before are not this replica's any more).
+
+        Agreement: TorchFT heals each rank of a replica on its own, and
+        spreads the ranks over the up-to-date replicas (round robin by group
+        rank; at step 0 each group rank has its own primary). Under DiLoCo
+        each donor holds its own local weights and inner optimizer state, so
+        rank 0 and rank 1 of a healed replica can disagree, and so can the
+        outer averages of process group 0 and process group 1 in every
+        replica. Rank 0 of every replica computed the same group-0 average,
+        so giving its weights, DiLoCo's global weights and outer momentum
+        (and, after a heal, its inner optimizer state) to the other ranks
+        makes the whole job agree again.
         """
         import torch
         import torch.distributed as dist
 
-        if not dist.is_initialized() or dist.get_world_size() == 1:
-            self._healed = False
-            return
-        healed = torch.tensor([1.0 if self._healed else 0.0])
-        dist.all_reduce(healed, op=dist.ReduceOp.MAX)
+        local, self._local = self._local, None
+        flags = torch.tensor([float(self._healed), float(local is None)])
         self._healed = False
-        params = list(self._model.parameters())
-        tensors = [p.data for p in params] + list(self.global_parameters().values())
-        tensors += optimizer_tensors(self.outer_optimizer, params)
-        if healed.item():
-            tensors += optimizer_tensors(self.inner_optimizer, params)
-        broadcast_replica_state(tensors)
+        grouped = dist.is_initialized() and dist.get_world_size() > 1
+        if grouped:
+            dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+        healed, lost = bool(flags[0].item()), bool(flags[1].item())
+        kept = committed or not lost
+        if not committed and kept:
+            assert local is not None
+            with torch.no_grad():
+                for p, mine in zip(self._model.parameters(), local):
+                    p.copy_(mine)
+            self._diloco._local_step = self.config.every - 1
+        if grouped:
+            params = list(self._model.parameters())
+            tensors = [p.data for p in params] + list(self.global_parameters().values())
+            tensors += optimizer_tensors(self.outer_optimizer, params)
+            if healed:
+                tensors += optimizer_tensors(self.inner_optimizer, params)
+            broadcast_replica_state(tensors)
+        return SyncResult(committed=committed, work_kept=kept)
 
-    def step(self) -> Optional[bool]:
+    def step(self) -> Optional[SyncResult]:
         """One inner optimizer step; at the end of an interval also the outer sync.
 
-        Returns None after an inner step only, else whether the outer sync
-        committed (False: the replicas' weights went back to the last
-        committed sync, and the interval is trained again).
+        Returns None after an inner step only, else how the outer sync went.
         """
         syncing = self.syncs_next
         before = self.manager.current_step()
         self.inner_optimizer.step()
         if not syncing:
             return None
-        self._agree_inside_replica()
-        return self.manager.current_step() > before
+        return self._after_sync(self.manager.current_step() > before)
 
     def __enter__(self) -> "DiLoCoSync":
+        self._hook = self.inner_optimizer.register_step_post_hook(self._keep_local_weights)
         self._diloco.__enter__()
         return self
 
     def __exit__(
         self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException], tb: Optional[TracebackType]
     ) -> bool:
+        self._hook.remove()
         return self._diloco.__exit__(exc_type, exc, tb)
