@@ -9,6 +9,7 @@ step, loss, quorum id, participants).
 from __future__ import annotations
 
 import bisect
+import math
 import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -69,7 +70,7 @@ class RunData:
         return sum(1 for c in self.all_commits() if self.window_start <= c.t <= self.window_end)
 
     def loss_near(self, t: float, span_s: float = 3.0) -> Optional[float]:
-        losses = [c.loss for c in self.all_commits() if t - span_s <= c.t <= t]
+        losses = [c.loss for c in self.all_commits() if t - span_s <= c.t <= t and not math.isnan(c.loss)]
         return statistics.fmean(losses) if losses else None
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Sequence
 
@@ -35,7 +36,7 @@ def _participants_series(run: RunData) -> tuple[list[float], list[int]]:
 
 
 def _loss_series(run: RunData, smooth: int = 25) -> tuple[list[float], list[float]]:
-    commits = run.all_commits()
+    commits = [c for c in run.all_commits() if not math.isnan(c.loss)]  # a healing sync records no loss
     times = [run.rel(c.t) for c in commits]
     return times, _smooth([c.loss for c in commits], smooth * max(1, len(run.commits)))
 

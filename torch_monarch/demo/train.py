@@ -43,6 +43,7 @@ from torch_monarch.demo.config import DemoConfig
 from torch_monarch.demo.data import MarkovData
 from torch_monarch.demo.model import TinyLM
 from torch_monarch.quorum import DiLoCoSync, QuorumConfig, SyncConfig, make_manager
+from torch_monarch.quorum.sync import broadcast_replica_state, optimizer_tensors, replica_any
 
 logger: logging.Logger = logging.getLogger("torch_monarch.demo.train")
 
@@ -74,6 +75,7 @@ class _Loop:
         rank: int,
         world: int,
         healed_at: list[int],
+        healed_rank: list[bool],
     ) -> None:
         self.cfg, self.manager, self.model = cfg, manager, model
         self.optimizer, self.scheduler, self.trainer = optimizer, scheduler, trainer
@@ -81,6 +83,7 @@ class _Loop:
         self.params = list(model.parameters())
         self.data = MarkovData(cfg)
         self.healed_at = healed_at
+        self.healed_rank = healed_rank  # this rank healed (any step), until the replica's ranks agree again
         self.last_quorum: Optional[int] = None
 
     def done(self, step: int) -> bool:
@@ -120,7 +123,9 @@ class _Loop:
                 "sync_failed", step=step, quorum_id=quorum_id, participants=participants, work_kept=work_kept
             )
             return
-        supervision.record_step(step, loss=loss, quorum_id=quorum_id, participants=participants)
+        # A sync that healed this replica: its loss was of weights the heal replaced, so none is recorded.
+        fields = {} if self.healed_at else {"loss": loss}
+        supervision.record_step(step, quorum_id=quorum_id, participants=participants, **fields)
         if self.healed_at:
             self.healed_at.clear()
             supervision.worker.event("rejoined", step=step, quorum_id=quorum_id, participants=participants)
@@ -142,6 +147,13 @@ class _Loop:
                 self.optimizer.step()
                 self.scheduler.step()
             self.optimizer.zero_grad(set_to_none=True)
+            # TorchFT heals each rank from its own donor and, at step 0, gives
+            # each group rank its own primary: the ranks of a replica can end
+            # up with different weights (sync.DiLoCoSync._after_sync says more).
+            healed = bool(self.healed_rank)
+            self.healed_rank.clear()
+            if replica_any([healed])[0]:
+                broadcast_replica_state([p.data for p in self.params] + optimizer_tensors(self.optimizer, self.params))
             self._committed(committed, loss, 1)
 
     def diloco(self, diloco: DiLoCoSync) -> None:
@@ -197,6 +209,7 @@ def main() -> None:
         }
 
     healed_at: list[int] = []
+    healed_rank: list[bool] = []
 
     def load_state_dict(state: dict[str, Any]) -> None:
         # Called by the Manager when this replica heals from a donor.
@@ -204,6 +217,7 @@ def main() -> None:
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         trainer.update(state["trainer"])
+        healed_rank[:] = [True]
         step = manager.current_step()
         if step > 0 and rank == 0:  # step 0: the initial sync at job start
             healed_at.append(step)
@@ -222,7 +236,7 @@ def main() -> None:
     supervision.worker.event("manager_ready", sync=sync.mode, sync_every=sync.every)
     supervision.wait_for_start()  # the demo starts all replicas together
     supervision.report_progress(manager.current_step(), state="training")
-    loop = _Loop(cfg, manager, model, optimizer, scheduler, trainer, replica, rank, world, healed_at)
+    loop = _Loop(cfg, manager, model, optimizer, scheduler, trainer, replica, rank, world, healed_at, healed_rank)
     if sync.mode == "diloco":
         with DiLoCoSync(manager, model, optimizer, sync) as diloco:
             loop.diloco(diloco)

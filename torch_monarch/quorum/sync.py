@@ -28,7 +28,7 @@ from torch_monarch._env import with_env_overrides
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["SYNC_MODES", "DiLoCoSync", "SyncConfig", "SyncResult", "broadcast_replica_state", "optimizer_tensors"]
+__all__ = ["SYNC_MODES", "DiLoCoSync", "SyncConfig", "SyncResult", "broadcast_replica_state", "optimizer_tensors", "replica_any"]
 
 logger: logging.Logger = logging.getLogger(__name__)
 
@@ -73,6 +73,18 @@ def optimizer_tensors(optimizer: "torch.optim.Optimizer", params: "Sequence[torc
         state = optimizer.state.get(p, {})
         out += [state[k] for k in sorted(state) if isinstance(state[k], torch.Tensor)]
     return out
+
+
+def replica_any(flags: "Sequence[bool]", group: Any = None) -> list[bool]:
+    """Each flag OR-ed over the replica's ranks (one small allreduce; as given without a group)."""
+    import torch
+    import torch.distributed as dist
+
+    if not dist.is_initialized() or dist.get_world_size(group) == 1:
+        return list(flags)
+    t = torch.tensor([float(f) for f in flags])
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    return [bool(v) for v in t.tolist()]
 
 
 def broadcast_replica_state(tensors: "Sequence[torch.Tensor]", group: Any = None) -> None:
@@ -201,12 +213,8 @@ class DiLoCoSync:
         import torch.distributed as dist
 
         local, self._local = self._local, None
-        flags = torch.tensor([float(self._healed), float(local is None)])
+        healed, lost = replica_any([self._healed, local is None])
         self._healed = False
-        grouped = dist.is_initialized() and dist.get_world_size() > 1
-        if grouped:
-            dist.all_reduce(flags, op=dist.ReduceOp.MAX)
-        healed, lost = bool(flags[0].item()), bool(flags[1].item())
         kept = committed or not lost
         if not committed and kept:
             assert local is not None
@@ -214,7 +222,7 @@ class DiLoCoSync:
                 for p, mine in zip(self._model.parameters(), local):
                     p.copy_(mine)
             self._diloco._local_step = self.config.every - 1
-        if grouped:
+        if dist.is_initialized() and dist.get_world_size() > 1:
             params = list(self._model.parameters())
             tensors = [p.data for p in params] + list(self.global_parameters().values())
             tensors += optimizer_tensors(self.outer_optimizer, params)
