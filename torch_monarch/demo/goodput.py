@@ -68,10 +68,14 @@ def goodput(run: RunData, replicas: int, failures: Sequence[FailureRecord], inne
     quiet = [(a, b) for a, b, _ in blocks if not any(a < f_end and b > f_start for f_start, f_end in spans)] or [
         (a, b) for a, b, _ in blocks
     ]
-    useful = 0.0
-    for a, b, share in blocks:
+    def pace(a: float, b: float) -> float:
         middle = (a + b) / 2
         near = [q_end - q_start for q_start, q_end in quiet if abs((q_start + q_end) / 2 - middle) <= PACE_WINDOW_S]
-        pace = statistics.median(near or [q_end - q_start for q_start, q_end in quiet])
-        useful += share * min(b - a, pace)
-    return useful / sum(b - a for a, b, _ in blocks)
+        return statistics.median(near or [q_end - q_start for q_start, q_end in quiet])
+
+    # The window's edges are partial blocks: a stall at the end, with no block
+    # completed, is lost time like any other.
+    head = (run.window_start, blocks[0][0], blocks[0][2])
+    tail = (blocks[-1][1], run.window_end, blocks[-1][2])
+    useful = sum(share * min(b - a, pace(a, b)) for a, b, share in [head, *blocks, tail])
+    return useful / (run.window_end - run.window_start)
