@@ -76,7 +76,7 @@ def test_two_replicas_recover_from_an_injected_kill(tmp_path: Path) -> None:
     result = monarch_run(
         "--replicas", "2", "--nproc-per-node", "1", "--min-replicas", "1", "--status", "log",
         "--preload", "torch_monarch.demo.warmup", "--run-dir", str(tmp_path),
-        "--inject-failures", "every=2s,kinds=kill,count=1,seed=0",
+        "--inject-failures", "every=2s,kinds=kill,count=1,seed=0", "--sync", "per-step",
         str(TRAIN),
         # Long enough that the kill 2 s in always lands mid-training, even on
         # a fast, idle machine.
@@ -93,7 +93,7 @@ def test_two_replicas_recover_from_an_injected_kill(tmp_path: Path) -> None:
     detected = next(e for e in after if e["event"] == "detected")
     assert detected["kind"] == "signal" and detected["signal"] == "SIGKILL"
     assert "injected kill into replica" in result.stdout  # the status view's log
-    finals = [torch.load(tmp_path / "final" / f"replica_{r}.pt") for r in (0, 1)]
+    finals = [torch.load(tmp_path / "final" / f"replica_{r}_rank_0.pt") for r in (0, 1)]
     assert finals[0]["step"] == finals[1]["step"] == 1500
     assert all(torch.equal(finals[0]["model"][k], finals[1]["model"][k]) for k in finals[0]["model"])
 

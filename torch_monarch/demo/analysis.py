@@ -9,6 +9,7 @@ step, loss, quorum id, participants).
 from __future__ import annotations
 
 import bisect
+import math
 import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -18,7 +19,7 @@ import torch
 
 from torch_monarch.supervision.rundir import RunDir
 
-__all__ = ["Commit", "FailureRecord", "RunData", "analyse_failures", "eval_final_params", "load_run"]
+__all__ = ["Commit", "FailureRecord", "RunData", "analyse_failures", "eval_final_params", "load_run", "missed_syncs", "participants_per_sync"]
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,7 @@ class RunData:
         return sum(1 for c in self.all_commits() if self.window_start <= c.t <= self.window_end)
 
     def loss_near(self, t: float, span_s: float = 3.0) -> Optional[float]:
-        losses = [c.loss for c in self.all_commits() if t - span_s <= c.t <= t]
+        losses = [c.loss for c in self.all_commits() if t - span_s <= c.t <= t and not math.isnan(c.loss)]
         return statistics.fmean(losses) if losses else None
 
 
@@ -118,6 +119,9 @@ class FailureRecord:
     participants_after: Optional[int] = None
     healthy_stall_s: Optional[float] = None
     healthy_reform_s: Optional[float] = None
+    #: steps or outer syncs the healthy replicas failed to commit while this failure lasted, losing their work
+    #: (a DiLoCo sync retried with the interval's weights is not missed)
+    healthy_missed_syncs: int = 0
     loss_at_injection: Optional[float] = None
     loss_at_rejoin: Optional[float] = None
     notes: list[str] = field(default_factory=list)
@@ -205,6 +209,11 @@ def analyse_failures(run: RunData, replicas: int) -> list[FailureRecord]:
         end = (run.window_start + rec.rejoined_s + 2.0) if rec.rejoined_s is not None else min(next_inj, t_inj + 30.0)
         gaps = [g for g in (_max_gap(cs, t_inj, end) for cs in healthy.values()) if g is not None]
         rec.healthy_stall_s = max(gaps) if gaps else None
+        rec.healthy_missed_syncs = sum(
+            1
+            for e in run.events
+            if e["event"] == "sync_failed" and not e.get("work_kept") and str(e.get("replica")) != replica and t_inj <= e["t"] <= end
+        )
         if rec.rejoined_s is not None:
             t_rejoin = run.window_start + rec.rejoined_s
             full = next((c for c in after if c.t > t_rejoin + 0.01), None)
@@ -218,8 +227,40 @@ def analyse_failures(run: RunData, replicas: int) -> list[FailureRecord]:
     return records
 
 
+def missed_syncs(run: RunData, failures: list[FailureRecord], *, work_kept: bool = False) -> int:
+    """Failed commits (``sync_failed``) in the window of replicas that were not themselves failing then.
+
+    ``work_kept=False``: those that lost the work since the last commit;
+    True: failed DiLoCo syncs retried with the interval's weights.
+    """
+    failing = [(f.replica, run.window_start + f.injected_s, run.window_start + (f.rejoined_s or f.injected_s + 30.0)) for f in failures]
+    count = 0
+    for e in run.events:
+        if e["event"] != "sync_failed" or bool(e.get("work_kept")) != work_kept or not run.window_start <= e["t"] <= run.window_end:
+            continue
+        replica = str(e.get("replica"))
+        if not any(replica == r and a <= e["t"] <= b for r, a, b in failing):
+            count += 1
+    return count
+
+
+def participants_per_sync(run: RunData) -> dict[int, int]:
+    """How many committed steps (outer syncs) in the window had 1, 2, ... replicas."""
+    by_step: dict[int, int] = {}
+    for c in run.all_commits():
+        if run.window_start <= c.t <= run.window_end and c.participants is not None:
+            by_step[c.step] = max(by_step.get(c.step, 0), c.participants)
+    counts: dict[int, int] = {}
+    for n in by_step.values():
+        counts[n] = counts.get(n, 0) + 1
+    return dict(sorted(counts.items()))
+
+
 def eval_final_params(run_dir: Path, eval_batches: list[tuple[torch.Tensor, torch.Tensor]], model: torch.nn.Module) -> dict[str, Any]:
-    """Loads every replica's final parameters: are they identical, and their eval loss."""
+    """Loads the final parameters of every rank of every replica: are they identical, and their eval loss.
+
+    ``replicas`` counts the replicas that saved them, ``steps`` is one per replica.
+    """
     files = sorted((run_dir / "final").glob("replica_*.pt"))
     states = [torch.load(f, map_location="cpu") for f in files]
     if not states:
@@ -233,4 +274,5 @@ def eval_final_params(run_dir: Path, eval_batches: list[tuple[torch.Tensor, torc
     model.eval()
     with torch.no_grad():
         loss = statistics.fmean(model.loss(x, y).item() for x, y in eval_batches)
-    return {"replicas": len(states), "identical": identical, "loss": loss, "steps": [int(s["step"]) for s in states]}
+    by_replica = {s["replica"]: int(s["step"]) for s in states}
+    return {"replicas": len(by_replica), "identical": identical, "loss": loss, "steps": list(by_replica.values())}

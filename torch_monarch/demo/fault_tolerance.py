@@ -1,7 +1,8 @@
 """The fault-tolerance demo: ``python -m torch_monarch.demo``.
 
-4 replica groups × 2 workers (CPU) train a small transformer language model
-with per-step synchronisation: the "monarch" backend inside each replica,
+4 replica groups × 2 workers (CPU) train a small transformer language model,
+synchronised across replicas with TorchFT's DiLoCo every 20 steps (or at
+every step, ``--sync per-step``): the "monarch" backend inside each replica,
 TorchFT's Manager with ProcessGroupMonarch across replicas, a Lighthouse for
 the quorum, and torch_monarch's supervision tree around it. About every 20 s
 a failure of another kind hits one worker (kill, segfault, hang, collective
@@ -20,6 +21,7 @@ import dataclasses
 import logging
 import os
 import signal
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -28,6 +30,7 @@ from typing import Any, Optional, Sequence
 from torch_monarch.demo.config import DemoConfig
 from torch_monarch.demo.runner import PhaseResult, PhaseSpec, run_phase
 from torch_monarch.launch.inject import InjectionSpec
+from torch_monarch.quorum.sync import SYNC_MODES, SyncConfig
 
 __all__ = ["main"]
 
@@ -42,6 +45,16 @@ def _schedule(duration: float, every: float) -> InjectionSpec:
     if duration - margin < every:
         every = max(1.0, (duration - margin) / 2)
     return InjectionSpec(every_s=every, until_s=duration - margin)
+
+
+def _sync_every(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of steps") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value}: must be >= 1 (inner steps between outer syncs)")
+    return value
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -66,6 +79,8 @@ def _parser() -> argparse.ArgumentParser:
         default="embedded",
         help="who supervises the replicas: embedded (default) or monarch (real Monarch actors; pip install 'torch_monarch[monarch]')",
     )
+    p.add_argument("--sync", choices=list(SYNC_MODES), default="diloco", help="across replicas: diloco (default) or per-step")
+    p.add_argument("--sync-every", type=_sync_every, default=20, help="inner steps between DiLoCo's outer syncs (default 20)")
     p.add_argument("--no-baseline", action="store_true", help="skip the failure-free run (no goodput or loss comparison)")
     return p
 
@@ -82,34 +97,45 @@ def _phase_spec(args: argparse.Namespace, name: str, out: Path, inject: Optional
         status=args.status or ("live" if sys.stdout.isatty() else "log"),
         config=dataclasses.replace(DemoConfig().with_env_overrides(), device=args.device),
         orchestrator=args.orchestrator,
+        sync=SyncConfig(mode=args.sync, every=args.sync_every),
         # CUDA does not survive a fork: GPU workers start as new interpreters.
         preload=args.device == "cpu",
     )
 
 
 def _summarise(args: argparse.Namespace, out: Path, failed: PhaseResult, base: Optional[PhaseResult]) -> dict[str, Any]:
-    from torch_monarch.demo.analysis import analyse_failures, eval_final_params, load_run
+    from torch_monarch.demo.analysis import analyse_failures, eval_final_params, load_run, missed_syncs, participants_per_sync
     from torch_monarch.demo.data import MarkovData
+    from torch_monarch.demo.goodput import goodput
     from torch_monarch.demo.model import TinyLM
     from torch_monarch.demo.plot import plot_timeline
     from torch_monarch.demo.report import format_summary, format_timeline, targets_met, write_summary
 
     cfg = DemoConfig().with_env_overrides()
+    inner_per_commit = args.sync_every if args.sync == "diloco" else 1
     data = MarkovData(cfg)
     eval_set = data.eval_set()
     run = load_run(failed.spec.run_dir)
     failures = analyse_failures(run, args.replicas)
     final = eval_final_params(failed.spec.run_dir, eval_set, TinyLM(cfg))
+    rejoins = [f.rejoin_s for f in failures if f.rejoin_s is not None]
     summary: dict[str, Any] = {
+        "sync": args.sync if args.sync == "per-step" else f"diloco every {args.sync_every} steps",
         "duration_s": round(run.duration_s, 2),
         "replicas": args.replicas,
         "workers_per_replica": args.workers,
         "failures_injected": len(failures),
         "failures_recovered": sum(1 for f in failures if f.recovered),
         "max_healthy_stall_s": max((f.healthy_stall_s for f in failures if f.healthy_stall_s is not None), default=None),
-        "max_rejoin_s": max((f.rejoin_s for f in failures if f.rejoin_s is not None), default=None),
+        "max_rejoin_s": max(rejoins, default=None),
+        "median_rejoin_s": statistics.median(rejoins) if rejoins else None,
         "max_detection_s": max((f.detection_s for f in failures if f.detection_s is not None), default=None),
         "committed_steps": run.committed_steps(),
+        "inner_steps_per_commit": inner_per_commit,
+        "participants_per_sync": participants_per_sync(run),
+        "healthy_missed_syncs": missed_syncs(run, failures),
+        "healthy_retried_syncs": missed_syncs(run, failures, work_kept=True),
+        "goodput": goodput(run, args.replicas, failures, inner_per_commit),
         "final_params_identical": bool(final["identical"] and final["replicas"] == args.replicas),
         "final_replicas_saved": final["replicas"],
         "final_steps": final["steps"],
@@ -120,25 +146,23 @@ def _summarise(args: argparse.Namespace, out: Path, failed: PhaseResult, base: O
         "failures": [f.to_json() for f in failures],
     }
     if any(not f.recovered for f in failures):
-        summary["max_rejoin_s"] = None  # an unrecovered failure has no rejoin time: the target fails
+        # an unrecovered failure has no rejoin time: the target fails
+        summary["max_rejoin_s"] = summary["median_rejoin_s"] = None
     baseline = None
     if base is not None:
         baseline = load_run(base.spec.run_dir)
         base_final = eval_final_params(base.spec.run_dir, eval_set, TinyLM(cfg))
-        rate = run.committed_steps() / max(run.duration_s, 1e-9)
-        base_rate = baseline.committed_steps() / max(baseline.duration_s, 1e-9)
         summary.update(
             baseline_committed_steps=baseline.committed_steps(),
-            goodput=rate / base_rate if base_rate else None,
-            replica_step_goodput=(run.replica_steps() / max(run.duration_s, 1e-9))
-            / max(baseline.replica_steps() / max(baseline.duration_s, 1e-9), 1e-9),
+            # the same measure on the failure-free run: what jitter alone costs
+            baseline_goodput=goodput(baseline, args.replicas, [], inner_per_commit),
             baseline_final_loss=base_final["loss"],
             baseline_params_identical=base_final["identical"],
             baseline_succeeded=base.succeeded,
         )
         summary["load_average"]["baseline"] = base.load_average
-        plot_timeline(out / "timeline.png", run, baseline, failures, args.replicas)
-    summary["targets"] = targets_met(summary)
+        plot_timeline(out / "timeline.png", run, baseline, failures, args.replicas, synced_every=inner_per_commit)
+    summary["targets"] = targets_met(summary, diloco=args.sync == "diloco")
     write_summary(out / "summary.json", summary)
     print()
     print(format_timeline(failures))

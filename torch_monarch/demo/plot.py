@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Sequence
 
@@ -35,12 +36,20 @@ def _participants_series(run: RunData) -> tuple[list[float], list[int]]:
 
 
 def _loss_series(run: RunData, smooth: int = 25) -> tuple[list[float], list[float]]:
-    commits = run.all_commits()
+    commits = [c for c in run.all_commits() if not math.isnan(c.loss)]  # a healing sync records no loss
     times = [run.rel(c.t) for c in commits]
     return times, _smooth([c.loss for c in commits], smooth * max(1, len(run.commits)))
 
 
-def plot_timeline(path: Path, run: RunData, baseline: RunData, failures: Sequence[FailureRecord], replicas: int) -> None:
+def _failed_syncs(run: RunData) -> tuple[list[float], list[int]]:
+    events = [e for e in run.events if e["event"] == "sync_failed"]
+    return [run.rel(e["t"]) for e in events], [int(e.get("participants") or 0) for e in events]
+
+
+def plot_timeline(
+    path: Path, run: RunData, baseline: RunData, failures: Sequence[FailureRecord], replicas: int, *, synced_every: int = 1
+) -> None:
+    """``synced_every``: inner steps per commit (DiLoCo's sync interval; 1 for per-step)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -51,6 +60,9 @@ def plot_timeline(path: Path, run: RunData, baseline: RunData, failures: Sequenc
     tb, nb = _participants_series(baseline)
     ax_q.step(tb, nb, where="post", color="0.6", lw=1.2, label="failure-free run")
     ax_q.step(t, n, where="post", color="tab:green", lw=1.5, label="with failures")
+    ft, fn = _failed_syncs(run)
+    if ft:
+        ax_q.plot(ft, fn, "kx", ms=6, label="outer sync not committed" if synced_every > 1 else "step not committed")
     for f in failures:
         color = _COLORS.get(f.kind, "k")
         ax_q.axvline(f.injected_s, color=color, ls="--", lw=1)
@@ -59,12 +71,16 @@ def plot_timeline(path: Path, run: RunData, baseline: RunData, failures: Sequenc
             ax_q.axvspan(f.injected_s, f.rejoined_s, color=color, alpha=0.12)
     ax_q.set_ylim(0, replicas + 0.6)
     ax_q.set_yticks(range(0, replicas + 1))
-    ax_q.set_ylabel("replicas committing\neach step")
+    if synced_every > 1:
+        ax_q.set_ylabel(f"replicas in each\nouter sync (DiLoCo,\nevery {synced_every} steps)")
+    else:
+        ax_q.set_ylabel("replicas committing\neach step")
     ax_q.legend(loc="lower right", fontsize=8)
     ax_q.set_title("torch_monarch demo: failures injected, replicas restarted in place, healed and rejoined")
 
-    lt, lv = _loss_series(run)
-    bt, bv = _loss_series(baseline)
+    smooth = max(2, round(25 / synced_every))
+    lt, lv = _loss_series(run, smooth)
+    bt, bv = _loss_series(baseline, smooth)
     ax_loss.plot(bt, bv, color="0.6", lw=1.2, label="failure-free run")
     ax_loss.plot(lt, lv, color="tab:green", lw=1.5, label="with failures")
     for f in failures:

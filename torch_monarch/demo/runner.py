@@ -24,6 +24,7 @@ from torch_monarch.launch.inject import FailureInjector, Injection, InjectionSpe
 from torch_monarch.launch.job import Job, make_job
 from torch_monarch.launch.status_view import StatusView, replica_rows
 from torch_monarch.quorum.lighthouse import LighthouseConfig
+from torch_monarch.quorum.sync import SyncConfig
 from torch_monarch.supervision.rundir import read_json, write_json
 
 __all__ = ["PhaseResult", "PhaseSpec", "run_phase"]
@@ -57,6 +58,8 @@ class PhaseSpec:
     preload: bool = True
     #: who supervises the replicas: "embedded" or "monarch" (real Monarch actors)
     orchestrator: str = "embedded"
+    #: synchronisation across replicas (monarch-run's --sync/--sync-every)
+    sync: SyncConfig = field(default_factory=SyncConfig)
 
 
 @dataclass
@@ -94,6 +97,10 @@ def _args(spec: PhaseSpec) -> list[str]:
         str(spec.run_dir),
         "--orchestrator",
         spec.orchestrator,
+        "--sync",
+        spec.sync.mode,
+        "--sync-every",
+        str(spec.sync.every),
         *spec.extra_args,
         _TRAIN_SCRIPT,
     ]

@@ -1,7 +1,16 @@
 """The demo's training script: one worker of one replica group.
 
 Launched by ``monarch-run`` (the demo's driver does that), it trains the
-tiny language model with per-step synchronisation:
+tiny language model. By default (``MONARCH_SYNC_MODE=diloco``) the replicas
+synchronise with TorchFT's DiLoCo every ``MONARCH_SYNC_EVERY`` (20) steps:
+each replica takes inner AdamW steps on its own data (gradients averaged
+inside the replica over the "monarch" backend), and every 20 steps the
+replicas average their pseudo-gradients over the Manager's
+``ProcessGroupMonarch`` and take one outer Nesterov step; a replica that
+restarted heals from a donor at that outer sync (model, inner and outer
+optimizer, DiLoCo's global weights, scheduler, trainer state).
+
+With ``MONARCH_SYNC_MODE=per-step``, replicas synchronise at every step:
 
 1. ``manager.start_quorum()``: TorchFT asks the Lighthouse for this step's
    quorum (and heals this replica from a donor if it is behind);
@@ -23,7 +32,7 @@ import logging
 import os
 import time
 from datetime import timedelta
-from typing import Any
+from typing import Any, Optional
 
 import torch
 import torch.distributed as dist
@@ -33,7 +42,8 @@ from torch_monarch import supervision
 from torch_monarch.demo.config import DemoConfig
 from torch_monarch.demo.data import MarkovData
 from torch_monarch.demo.model import TinyLM
-from torch_monarch.quorum import QuorumConfig, make_manager
+from torch_monarch.quorum import DiLoCoSync, QuorumConfig, SyncConfig, make_manager
+from torch_monarch.quorum.sync import broadcast_replica_state, optimizer_tensors, replica_any
 
 logger: logging.Logger = logging.getLogger("torch_monarch.demo.train")
 
@@ -74,6 +84,127 @@ def _set_grads(params: list[torch.Tensor], flat: torch.Tensor) -> None:
         offset += n
 
 
+class _Loop:
+    """The training loop of one worker, per-step or DiLoCo (``MONARCH_SYNC_MODE``)."""
+
+    def __init__(
+        self,
+        cfg: DemoConfig,
+        manager: Any,
+        model: TinyLM,
+        optimizer: torch.optim.Optimizer,
+        scheduler: Any,
+        trainer: dict[str, Any],
+        replica: int,
+        rank: int,
+        world: int,
+        healed_at: list[int],
+        healed_rank: list[bool],
+    ) -> None:
+        self.cfg, self.manager, self.model = cfg, manager, model
+        self.optimizer, self.scheduler, self.trainer = optimizer, scheduler, trainer
+        self.replica, self.rank, self.world = replica, rank, world
+        self.params = list(model.parameters())
+        self.device = self.params[0].device
+        self.data = MarkovData(cfg)
+        self.healed_at = healed_at
+        self.healed_rank = healed_rank  # this rank healed (any step), until the replica's ranks agree again
+        self.last_quorum: Optional[int] = None
+
+    def done(self, step: int) -> bool:
+        return supervision.stop_requested(step) or (self.cfg.max_steps > 0 and step >= self.cfg.max_steps)
+
+    def _replica_grads(self, batch_step: int) -> tuple[float, torch.Tensor]:
+        """Loss of this worker's batch, and the gradients averaged inside the replica (flat)."""
+        tokens, targets = (t.to(self.device) for t in self.data.batch(batch_step, self.replica, self.rank))
+        loss = self.model.loss(tokens, targets)
+        loss.backward()
+        flat = _flat_grads(self.params)
+        dist.all_reduce(flat)  # inside the replica; raises the backend's typed errors
+        flat /= self.world
+        return loss.item(), flat
+
+    def _committed(self, committed: bool, loss: float, inner_steps: int, work_kept: bool = False) -> None:
+        """Reports one step (per-step) or outer sync (DiLoCo) and whether it committed.
+
+        ``work_kept``: a failed DiLoCo sync that is retried with the interval's weights.
+        """
+        manager = self.manager
+        step = manager.current_step()
+        quorum_id = manager._quorum_id  # TorchFT has no public accessor
+        participants = manager.num_participants()
+        if committed:
+            self.trainer["samples"] += self.cfg.batch_size * self.world * participants * inner_steps
+        supervision.report_progress(
+            step, quorum_id=quorum_id, participants=participants, loss=round(loss, 4), committed=committed
+        )
+        if self.rank != 0:
+            return
+        if quorum_id != self.last_quorum:
+            supervision.worker.event("quorum", quorum_id=quorum_id, participants=participants, step=step)
+            self.last_quorum = quorum_id
+        if not committed:
+            supervision.worker.event(
+                "sync_failed", step=step, quorum_id=quorum_id, participants=participants, work_kept=work_kept
+            )
+            return
+        # A sync that healed this replica: its loss was of weights the heal replaced, so none is recorded.
+        fields = {} if self.healed_at else {"loss": loss}
+        supervision.record_step(step, quorum_id=quorum_id, participants=participants, **fields)
+        if self.healed_at:
+            self.healed_at.clear()
+            supervision.worker.event("rejoined", step=step, quorum_id=quorum_id, participants=participants)
+
+    def per_step(self) -> None:
+        """Quorum, gradients averaged across replicas and a commit decision at every step."""
+        manager = self.manager
+        while not self.done(manager.current_step()):
+            before = manager.current_step()
+            manager.start_quorum()
+            loss, flat = self._replica_grads(before)
+            # Waiting for the quorum or for other replicas is not a hang of this
+            # worker: the hang probe's progress timeout only covers "training".
+            supervision.report_progress(before, state="syncing")
+            manager.allreduce(flat).wait()  # across replicas; errors only fail this step
+            _set_grads(self.params, flat)
+            committed = manager.should_commit()
+            if committed:
+                self.optimizer.step()
+                self.scheduler.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            # TorchFT heals each rank from its own donor and, at step 0, gives
+            # each group rank its own primary: the ranks of a replica can end
+            # up with different weights (sync.DiLoCoSync._after_sync says more).
+            healed = bool(self.healed_rank)
+            self.healed_rank.clear()
+            if replica_any([healed])[0]:
+                broadcast_replica_state([p.data for p in self.params] + optimizer_tensors(self.optimizer, self.params))
+            self._committed(committed, loss, 1)
+
+    def diloco(self, diloco: DiLoCoSync) -> None:
+        """Inner steps inside the replica; every ``every`` of them DiLoCo's outer sync."""
+        manager = self.manager
+        every = diloco.config.every
+        losses: list[float] = []
+        # Stop only between outer syncs, so that every replica ends on the same one.
+        while not (diloco.inner_step == 0 and self.done(manager.current_step())):
+            outer = manager.current_step()
+            loss, flat = self._replica_grads(outer * every + diloco.inner_step)
+            _set_grads(self.params, flat)
+            losses.append(loss)
+            if diloco.syncs_next:
+                supervision.report_progress(outer, state="syncing")
+            result = diloco.step()
+            self.scheduler.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            if result is None:
+                supervision.report_progress(outer, loss=round(losses[-1], 4))
+                continue
+            self._committed(result.committed, sum(losses) / len(losses), len(losses), result.work_kept)
+            if result.committed or not result.work_kept:
+                losses.clear()
+
+
 @supervision.supervised
 def main() -> None:
     logging.basicConfig(level=os.environ.get("MONARCH_DEMO_LOG_LEVEL", "WARNING"))
@@ -96,7 +227,6 @@ def main() -> None:
     optimizer = torch.optim.AdamW(params, lr=cfg.lr)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / cfg.warmup_steps))
     trainer: dict[str, Any] = {"samples": 0}
-    data = MarkovData(cfg)
 
     def state_dict() -> dict[str, Any]:
         return {
@@ -107,6 +237,7 @@ def main() -> None:
         }
 
     healed_at: list[int] = []
+    healed_rank: list[bool] = []
 
     def load_state_dict(state: dict[str, Any]) -> None:
         # Called by the Manager when this replica heals from a donor.
@@ -114,67 +245,33 @@ def main() -> None:
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         trainer.update(state["trainer"])
+        healed_rank[:] = [True]
         step = manager.current_step()
         if step > 0 and rank == 0:  # step 0: the initial sync at job start
             healed_at.append(step)
             supervision.worker.event("healed", step=step, quorum_id=manager._quorum_id)
 
-    # Across replicas: TorchFT's Manager with ProcessGroupMonarch.
+    # Across replicas: TorchFT's Manager with ProcessGroupMonarch. DiLoCo
+    # heals at the start of an outer sync, so it needs a synchronous quorum.
+    sync = SyncConfig().with_env_overrides()
     manager = make_manager(
         state_dict=state_dict,
         load_state_dict=load_state_dict,
         replica_id=f"replica_{replica}",
         config=QuorumConfig(min_replica_size=1).with_env_overrides(),
+        use_async_quorum=sync.mode == "per-step",
     )
-    supervision.worker.event("manager_ready")
+    supervision.worker.event("manager_ready", sync=sync.mode, sync_every=sync.every)
     supervision.wait_for_start()  # the demo starts all replicas together
-    last_quorum = None
     supervision.report_progress(manager.current_step(), state="training")
+    loop = _Loop(cfg, manager, model, optimizer, scheduler, trainer, replica, rank, world, healed_at, healed_rank)
+    if sync.mode == "diloco":
+        with DiLoCoSync(manager, model, optimizer, sync) as diloco:
+            loop.diloco(diloco)
+    else:
+        loop.per_step()
 
-    def done(step: int) -> bool:
-        return supervision.stop_requested(step) or (cfg.max_steps > 0 and step >= cfg.max_steps)
-
-    while not done(manager.current_step()):
-        before = manager.current_step()
-        manager.start_quorum()
-        tokens, targets = (t.to(device) for t in data.batch(before, replica, rank))
-        loss = model.loss(tokens, targets)
-        loss.backward()
-
-        flat = _flat_grads(params)
-        dist.all_reduce(flat)  # inside the replica; raises the backend's typed errors
-        flat /= world
-        # Waiting for the quorum or for other replicas is not a hang of this
-        # worker: the hang probe's progress timeout only covers "training".
-        supervision.report_progress(before, state="syncing")
-        manager.allreduce(flat).wait()  # across replicas; errors only fail this step
-        _set_grads(params, flat)
-
-        committed = manager.should_commit()
-        if committed:
-            optimizer.step()
-            scheduler.step()
-            trainer["samples"] += cfg.batch_size * world * manager.num_participants()
-        optimizer.zero_grad(set_to_none=True)
-
-        step = manager.current_step()
-        quorum_id = manager._quorum_id  # TorchFT has no public accessor
-        participants = manager.num_participants()
-        supervision.report_progress(
-            step, quorum_id=quorum_id, participants=participants, loss=round(loss.item(), 4), committed=committed
-        )
-        if rank != 0:
-            continue
-        if quorum_id != last_quorum:
-            supervision.worker.event("quorum", quorum_id=quorum_id, participants=participants, step=step)
-            last_quorum = quorum_id
-        if committed:
-            supervision.record_step(step, loss=loss.item(), quorum_id=quorum_id, participants=participants)
-            if healed_at:
-                healed_at.clear()
-                supervision.worker.event("rejoined", step=step, quorum_id=quorum_id, participants=participants)
-
-    if rank == 0 and ctx.run_dir is not None:
+    if ctx.run_dir is not None:  # every rank: the job's ranks must all agree, not only rank 0 of each replica
         final = ctx.run_dir.root / "final"
         final.mkdir(parents=True, exist_ok=True)
         torch.save(
@@ -182,9 +279,10 @@ def main() -> None:
                 "step": manager.current_step(),
                 "model": {name: value.cpu() for name, value in model.state_dict().items()},
                 "replica": replica,
+                "rank": rank,
                 "t": time.time(),
             },
-            final / f"replica_{replica}.pt",
+            final / f"replica_{replica}_rank_{rank}.pt",
         )
     supervision.report_progress(manager.current_step(), state="done")
     manager.shutdown(wait=False)

@@ -22,8 +22,9 @@ from typing import Optional, Sequence
 from torch_monarch._env import with_env_overrides
 from torch_monarch.supervision.policy import RestartPolicy
 from torch_monarch.supervision.probes import HangConfig
+from torch_monarch.quorum.sync import SYNC_MODES
 
-__all__ = ["LaunchDefaults", "get_args_parser", "parse_args"]
+__all__ = ["LaunchDefaults", "get_args_parser", "parse_args", "sync_env"]
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,7 @@ class LaunchDefaults:
     min_replicas: int = 1
     lighthouse: str = ""
     replace_replicas: int = 1
+    orchestrator: str = "embedded"
 
     def with_env_overrides(self) -> "LaunchDefaults":
         return with_env_overrides(self, "MONARCH_")
@@ -104,6 +106,21 @@ def get_args_parser() -> argparse.ArgumentParser:
         default=hang.progress_timeout_s,
         help="Seconds without report_progress() after which a training worker is hung (0: off).",
     )
+    _add(
+        group,
+        "--sync",
+        choices=list(SYNC_MODES),
+        default=None,
+        help="How the training script synchronises replicas (exported as MONARCH_SYNC_MODE): "
+        "diloco (TorchFT's DiLoCo, the default of torch_monarch.quorum.SyncConfig) or per-step.",
+    )
+    _add(
+        group,
+        "--sync-every",
+        type=int,
+        default=None,
+        help="Inner steps between DiLoCo's outer syncs (MONARCH_SYNC_EVERY; default 20).",
+    )
     _add(group, "--no-hang-detection", action="store_true", help="Do not probe for hung workers (like torchrun).")
     _add(
         group,
@@ -138,7 +155,7 @@ def get_args_parser() -> argparse.ArgumentParser:
         group,
         "--orchestrator",
         choices=["embedded", "monarch"],
-        default=_env("MONARCH_ORCHESTRATOR", "embedded"),
+        default=defaults.orchestrator,
         help="Who supervises the replicas: embedded (torchrun's elastic agent; default) or monarch "
         "(real Monarch actors; pip install 'torch_monarch[monarch]').",
     )
@@ -153,4 +170,16 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         raise SystemExit("monarch-run: --replicas must be >= 1")
     if not 1 <= args.min_replicas <= args.replicas:
         raise SystemExit("monarch-run: --min-replicas must be between 1 and --replicas")
+    if args.sync_every is not None and args.sync_every < 1:
+        raise SystemExit(f"monarch-run: --sync-every must be >= 1 (inner steps between outer syncs), got {args.sync_every}")
     return args
+
+
+def sync_env(args: argparse.Namespace) -> dict[str, str]:
+    """The workers' ``MONARCH_SYNC_*`` environment for ``--sync``/``--sync-every`` (only those given)."""
+    env = {}
+    if args.sync is not None:
+        env["MONARCH_SYNC_MODE"] = args.sync
+    if args.sync_every is not None:
+        env["MONARCH_SYNC_EVERY"] = str(args.sync_every)
+    return env

@@ -16,6 +16,7 @@ import os
 import uuid
 from typing import Optional
 
+from torch_monarch.launch.args import sync_env
 from torch_monarch.supervision.policy import Backoff, RestartPolicy
 from torch_monarch.supervision.probes import HangConfig
 from torch_monarch.supervision.replica import ReplicaOptions, run_replica
@@ -69,6 +70,7 @@ def run_replica_mode(args: argparse.Namespace) -> int:
     env = {"REPLICA_GROUP_ID": replica_id, "NUM_REPLICA_GROUPS": str(args.replicas)}
     if args.lighthouse:
         env["TORCHFT_LIGHTHOUSE"] = args.lighthouse
+    env.update(sync_env(args))
     options = ReplicaOptions(
         replica_id=replica_id,
         policy=RestartPolicy(args.max_restarts, args.restart_window, Backoff(initial_s=args.restart_backoff)),
@@ -118,6 +120,10 @@ def replica_args(args: argparse.Namespace, replica_id: str, lighthouse: str, run
         out += ["--run-dir", str(run_dir.root)]
     if args.no_hang_detection:
         out.append("--no-hang-detection")
+    if args.sync is not None:
+        out += ["--sync", args.sync]
+    if args.sync_every is not None:
+        out += ["--sync-every", str(args.sync_every)]
     if args.preload:
         out += ["--preload", args.preload]
     else:
