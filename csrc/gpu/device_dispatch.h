@@ -42,6 +42,8 @@ class DeviceDispatch {
   // support this raises NotImplementedError.
   c10d::Backend& get();
 
+  // Collectives posted on the device backend so far (0 before its first op).
+  uint64_t collectivesPosted();
   void setTimeout(std::chrono::milliseconds timeout);
   c10d::ErrorType error();
   void abort();
