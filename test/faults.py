@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional
 
 __all__ = [
+    "C10D_TIMEOUT_PATTERN",
     "Outcome",
     "Resources",
     "attempt",
@@ -30,6 +31,9 @@ __all__ = [
     "wait_for_state",
     "wait_until",
 ]
+
+# How c10d's own tests and tools recognise a timeout in an error message.
+C10D_TIMEOUT_PATTERN = r" (Timed out|closed|timeout) "
 
 
 @dataclass(frozen=True)
