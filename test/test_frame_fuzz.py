@@ -136,7 +136,7 @@ def random_frames(draw: st.DrawFn) -> Frame:
     return Frame(
         magic=draw(_biased([Frame.magic], st.integers(min_value=0, max_value=2**32 - 1))),
         kind=draw(_biased([1, 1, 1, 2, 3, 4, 5, 6, 7, 8], byte)),
-        op=draw(_biased(list(range(1, 11)) + [0, 11], byte)),
+        op=draw(_biased(list(range(1, 12)) + [0, 12], byte)),
         dtype=draw(_biased(list(range(0, 16)), byte)),
         flags=draw(_biased([0, 0, 1, 2, 3], byte)),
         channel=draw(_biased([1, 1, 0, 2], u64)),
@@ -225,7 +225,7 @@ def frames_for_other_ops(draw: st.DrawFn) -> Frame:
     number, step or group): buffered until a receive claims them."""
     key = draw(st.sampled_from(["seq", "step", "channel", "point_to_point"]))
     return Frame(
-        op=draw(st.integers(min_value=1, max_value=10)),
+        op=draw(st.integers(min_value=1, max_value=11)),
         dtype=draw(st.integers(min_value=0, max_value=14)),
         flags=FLAG_POINT_TO_POINT if key == "point_to_point" else 0,
         channel=draw(st.integers(min_value=2, max_value=2**64 - 1)) if key == "channel" else 1,

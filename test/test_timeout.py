@@ -7,13 +7,14 @@ past the skipper, on the links they hold, and go on; nothing leaks."""
 from __future__ import annotations
 
 import logging
+import re
 from datetime import timedelta
 from typing import Any
 
 import torch.distributed as dist
 
 from fault_workload import run_mix, run_op
-from faults import assert_no_problems, attempt, backend_of, settled_baseline, teardown_leaks
+from faults import C10D_TIMEOUT_PATTERN, assert_no_problems, attempt, backend_of, settled_baseline, teardown_leaks
 from multiproc import WorkerContext, run_workers
 
 logger = logging.getLogger(__name__)
@@ -42,6 +43,8 @@ def timeout_worker(ctx: WorkerContext) -> dict[str, Any]:
             problems.append(f"timed out after {outcome.elapsed_s:.3f} s, op timeout {OP_TIMEOUT_S} s ± {TOLERANCE_S} s")
         if "sequence number" not in outcome.message or "allreduce" not in outcome.message:
             problems.append(f"the message names neither the op nor its sequence number: {outcome.message}")
+        if not re.search(C10D_TIMEOUT_PATTERN, outcome.message) or f"ranks [{SKIPPER}]" not in outcome.message:
+            problems.append(f"c10d's timeout pattern or the skipper's rank not in the message: {outcome.message}")
         store.set(f"timed_out/{ctx.rank}", "1")
     else:
         # Alive and heartbeating, just late: the op is over by the time it comes.

@@ -4,6 +4,12 @@ Importing this package registers the "monarch" backend, so that
 ``torch.distributed.init_process_group(backend="monarch")`` works.
 """
 
+# torch first: its import runs the "torch.backends" entry point
+# (torch_monarch._autoload), which imports torch_monarch.backend. Were torch
+# first imported from inside torch_monarch.backend, that module would still be
+# half-initialised when the entry point asks it for `register`.
+import torch  # noqa: F401  isort: skip
+
 from torch_monarch.backend import BACKEND_NAME, register
 from torch_monarch.errors import (
     AbortedError,

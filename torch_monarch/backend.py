@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from datetime import timedelta
 from typing import Any, Optional
 
@@ -50,6 +51,21 @@ def new_backend(
     return _C.create_backend(store=store, rank=rank, size=size, group_name=group_name, options=resolved)
 
 
+def _restart_round_store(store: dist.Store) -> dist.Store:
+    """``store`` with this torchelastic restart round's own key space.
+
+    torchrun's workers rendezvous on the agent's TCPStore, which outlives a
+    restart of the worker group: without a per-round prefix, a restarted rank
+    could read the addresses and token that the previous round's ranks left
+    under the same keys. Every worker of one agent gets the same
+    ``TORCHELASTIC_RESTART_COUNT``; outside torchelastic the store is unchanged.
+    """
+    restart_round = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+    if restart_round is None:
+        return store
+    return dist.PrefixStore(f"monarch_restart_{restart_round}", store)
+
+
 def _create_backend(dist_options: Any, pg_options: Optional[Options]) -> Any:
     """Creator called by torch.distributed for every new monarch group."""
     if pg_options is not None and not isinstance(pg_options, Options):
@@ -57,7 +73,7 @@ def _create_backend(dist_options: Any, pg_options: Optional[Options]) -> Any:
             f"pg_options for the monarch backend must be torch_monarch.Options, got {type(pg_options).__name__}"
         )
     return new_backend(
-        store=dist_options.store,
+        store=_restart_round_store(dist_options.store),
         rank=dist_options.group_rank,
         size=dist_options.group_size,
         group_name=str(dist_options.group_id),

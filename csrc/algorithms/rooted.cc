@@ -92,6 +92,12 @@ void broadcast(Links& links, void* data, size_t bytes, int root, const Algorithm
   } else {
     chainBroadcast(links, static_cast<char*>(data), bytes, root, config.chunkBytes);
   }
+  // The root only sends, and a rank that named another root may receive
+  // nothing it could check: a barrier, whose frames carry this op's header
+  // to and (transitively) from every rank, makes a disagreement fail every
+  // rank in this op rather than at its next one. (The shared-memory path
+  // starts with such a barrier.)
+  barrier(links);
 }
 
 void reduce(Links& links, void* data, size_t count, DataType type, ReduceKind kind, int root, const AlgorithmConfig& config) {

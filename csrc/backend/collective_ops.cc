@@ -82,6 +82,9 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::broadcast(std::vector<at::Tensor>
 
 c10::intrusive_ptr<c10d::Work> MonarchBackend::allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
   if (device_.wants(tensors)) return device_.get().allreduce(tensors, opts);
+  if (theOnlyTensor(tensors, "allreduce").is_sparse()) {
+    return allreduceSparse(tensors[0], opts);
+  }
   at::Tensor tensor = singleTensor(tensors, "allreduce");
   checkDenseAllreduce(opts);
   DataType type = reducibleType(tensor, "allreduce");
@@ -97,6 +100,12 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::allreduce(std::vector<at::Tensor>
         plan.after(buffer, n);
         copyBackIfStaged(tensor, buffer);
       });
+}
+
+c10::intrusive_ptr<c10d::Work> MonarchBackend::allreduce_sparse(
+    std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
+  if (device_.wants(tensors)) return device_.get().allreduce_sparse(tensors, opts);
+  return allreduceSparse(theOnlyTensor(tensors, "allreduce_sparse"), opts);
 }
 
 c10::intrusive_ptr<c10d::Work> MonarchBackend::allreduce_coalesced(

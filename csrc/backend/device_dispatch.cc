@@ -104,6 +104,11 @@ c10::intrusive_ptr<c10d::Backend> DeviceDispatch::current() {
   return backend_;
 }
 
+uint64_t DeviceDispatch::collectivesPosted() {
+  auto backend = current();
+  return backend ? backend->getSequenceNumberForGroup() : 0;
+}
+
 void DeviceDispatch::setTimeout(std::chrono::milliseconds timeout) {
   std::lock_guard<std::mutex> guard(mutex_);
   group_.timeout = timeout;

@@ -51,6 +51,8 @@ class DeviceDispatch {
   // before the group's first op on CUDA tensors.
   std::string backendName();
 
+  // Collectives posted on the device backend so far (0 before its first op).
+  uint64_t collectivesPosted();
   void setTimeout(std::chrono::milliseconds timeout);
   c10d::ErrorType error();
   void abort();

@@ -31,10 +31,11 @@ c10::intrusive_ptr<MonarchBackend> MonarchBackend::join(
   membership.channelId = fnv1a64(groupName.data(), groupName.size());
   try {
     membership.fabric = std::make_shared<Fabric>(fabricOptions);
-    StoreAdapter adapter(store);
+    auto deadline = Clock::now() + options.timeout;
+    StoreAdapter adapter(store, deadline);
     GroupIdentity identity{membership.channelId, 0, rank, size};
-    membership.connections = membership.fabric->connectGroup(adapter, identity, Clock::now() + options.timeout);
-  } catch (const std::runtime_error& e) {
+    membership.connections = membership.fabric->connectGroup(adapter, identity, deadline);
+  } catch (const std::exception& e) { // transport errors, and the store's (c10::DistStoreError)
     throw MonarchError(
         ErrorKind::kPeerFailure, {},
         "monarch: rank " + std::to_string(rank) + " could not join group '" + groupName + "': " + e.what());
@@ -169,11 +170,11 @@ c10::intrusive_ptr<MonarchBackend> MonarchBackend::reconfigure(
   membership.rank = rank;
   membership.channelId = fnv1a64(groupName.data(), groupName.size());
   try {
-    StoreAdapter adapter(store);
+    auto deadline = Clock::now() + std::chrono::milliseconds(timeoutMs_.load());
+    StoreAdapter adapter(store, deadline);
     GroupIdentity identity{membership.channelId, 0, rank, size};
-    membership.connections = fabric_->connectGroup(
-        adapter, identity, Clock::now() + std::chrono::milliseconds(timeoutMs_.load()));
-  } catch (const std::runtime_error& e) {
+    membership.connections = fabric_->connectGroup(adapter, identity, deadline);
+  } catch (const std::exception& e) { // transport errors, and the store's (c10::DistStoreError)
     throw MonarchError(
         ErrorKind::kPeerFailure, {},
         "monarch: rank " + std::to_string(rank) + " could not reconfigure into group '" + groupName + "': " + e.what());
@@ -200,6 +201,15 @@ MonarchBackend::~MonarchBackend() {
 void MonarchBackend::setTimeout(std::chrono::milliseconds timeout) {
   timeoutMs_ = timeout.count();
   device_.setTimeout(timeout);
+}
+
+uint64_t MonarchBackend::getSequenceNumberForGroup() {
+  uint64_t host;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    host = nextSeq_ - 1;
+  }
+  return host + device_.collectivesPosted();
 }
 
 std::chrono::milliseconds MonarchBackend::timeoutFor(std::chrono::milliseconds requested) const {
@@ -289,7 +299,7 @@ void MonarchBackend::explainTimeout(const QueuedOp& op, Status& status) {
   auto deadline = Clock::now() + std::min(options_.heartbeatTimeout / 2, std::chrono::milliseconds(1000));
   std::vector<int> behind = links_->channel().ranksBehind(op.seq, deadline);
   status.ranks = behind;
-  status.message = "timed out after " + std::to_string(op.timeout.count()) + " ms; ranks " + formatRanks(behind) +
+  status.message = "Timed out after " + std::to_string(op.timeout.count()) + " ms; ranks " + formatRanks(behind) +
       " had not joined this op (" + status.message + ")";
 }
 

@@ -72,8 +72,17 @@ class MonarchBackend : public c10d::Backend {
   }
   void setTimeout(std::chrono::milliseconds timeout) override;
 
+  // c10d's sequence numbers (ProcessGroupWrapper under
+  // TORCH_DISTRIBUTED_DEBUG=DETAIL, split_group, object collectives): the
+  // collectives this rank has posted on the group, host and device. Every
+  // group starts at zero when it forms, which all its ranks do together, so
+  // there is nothing left to agree on when c10d asks for it.
+  void setSequenceNumberForGroup() override {}
+  uint64_t getSequenceNumberForGroup() override;
+
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_sparse(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
       std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) override;
@@ -151,6 +160,8 @@ class MonarchBackend : public c10d::Backend {
       std::vector<at::Tensor> tensors,
       std::chrono::milliseconds timeout,
       std::function<void(GroupLinks&)> run);
+  // SUM of a sparse COO CPU tensor (sparse_allreduce.cc).
+  c10::intrusive_ptr<c10d::Work> allreduceSparse(at::Tensor tensor, const c10d::AllreduceOptions& opts);
   c10::intrusive_ptr<c10d::Work> postPointToPoint(
       c10d::OpType type, at::Tensor& tensor, int peer, int tag);
   std::chrono::milliseconds timeoutFor(std::chrono::milliseconds requested) const;

@@ -1,6 +1,7 @@
 #include "backend/work.h"
 
 #include "contract/errors.h"
+#include "contract/profiling.h"
 
 namespace monarch {
 
@@ -10,7 +11,7 @@ MonarchWork::MonarchWork(
     uint64_t seq,
     std::vector<at::Tensor> outputs,
     std::chrono::milliseconds waitBound)
-    : c10d::Work(rank, opType),
+    : c10d::Work(rank, opType, profilingTitle(opType), outputs),
       seq_(seq),
       outputs_(std::move(outputs)),
       waitBound_(waitBound),
@@ -22,7 +23,7 @@ bool MonarchWork::wait(std::chrono::milliseconds timeout) {
   if (!cv_.wait_for(lock, bound, [&] { return completed_; })) {
     throw MonarchError(
         ErrorKind::kTimeout, {},
-        "wait() timed out after " + std::to_string(bound.count()) + " ms on op with sequence number " +
+        "wait(): Timed out after " + std::to_string(bound.count()) + " ms on op with sequence number " +
             std::to_string(seq_) + "; the op is still pending");
   }
   if (exception_) {

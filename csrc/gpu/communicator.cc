@@ -173,7 +173,7 @@ std::shared_ptr<Communicator> Communicator::create(
     auto missing = ranksNotArrived(store, key, size);
     return MonarchError(
         ErrorKind::kTimeout, missing,
-        where + " timed out after " + std::to_string(timeout.count()) + " ms; ranks " + formatRanks(missing) +
+        where + ": Timed out after " + std::to_string(timeout.count()) + " ms; ranks " + formatRanks(missing) +
             " had not arrived (" + detail + ")");
   };
 

@@ -105,6 +105,9 @@ std::shared_ptr<Communicator> NcclBackend::communicator(c10::DeviceIndex device,
 c10::intrusive_ptr<c10d::Work> NcclBackend::launch(
     Op op, const std::function<void(GroupCalls&, int peerInComm)>& calls, const std::function<void()>& after) {
   uint64_t seq = ++seq_;
+  if (op.peer < 0) {
+    ++collectives_;
+  }
   auto timeout = timeoutFor(op.timeout);
   auto work = c10::make_intrusive<NcclWork>(
       rank_, op.type, seq, op.name, op.device.index(), op.outputs, op.blockHostOnWait);
@@ -148,7 +151,7 @@ c10::intrusive_ptr<c10d::Work> NcclBackend::launch(
   }
   if (!status.ok()) {
     if (status.kind == ErrorKind::kTimeout) {
-      status.message = "timed out after " + std::to_string(timeout.count()) + " ms while " + kCollectivesName +
+      status.message = "Timed out after " + std::to_string(timeout.count()) + " ms while " + kCollectivesName +
           " was taking the op (" + status.message + ")";
     }
     fail(comm, status);

@@ -31,6 +31,12 @@ class NcclBackend : public c10d::Backend {
   c10d::ErrorType getError() override;
   void abort() override;
   void shutdown() override;
+  // Collectives posted so far (point-to-point ops not counted), as c10d's
+  // sequence numbers; they start at zero when the group forms.
+  void setSequenceNumberForGroup() override {}
+  uint64_t getSequenceNumberForGroup() override {
+    return collectives_.load();
+  }
 
   bool supportsShrinking() const override {
     return true;
@@ -118,6 +124,7 @@ class NcclBackend : public c10d::Backend {
   DeviceGroup group_;
   std::atomic<int64_t> timeoutMs_;
   std::atomic<uint64_t> seq_{0};
+  std::atomic<uint64_t> collectives_{0};
   std::atomic<bool> cancel_{false}; // stops communicator creation on abort
   std::atomic<bool> stopped_{false};
 

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "contract/errors.h"
+#include "contract/profiling.h"
 
 namespace monarch::gpu {
 
@@ -16,7 +17,7 @@ NcclWork::NcclWork(
     c10::DeviceIndex device,
     std::vector<at::Tensor> outputs,
     bool blockHostOnWait)
-    : c10d::Work(rank, opType),
+    : c10d::Work(rank, opType, profilingTitle(opType), outputs),
       rank_(rank),
       seq_(seq),
       name_(name),
@@ -87,7 +88,7 @@ bool NcclWork::wait(std::chrono::milliseconds timeout) {
     if (Clock::now() > limit) {
       throw MonarchError(
           ErrorKind::kTimeout, {},
-          "wait() timed out on " + description() + ": the GPU has not finished it; the op is still pending");
+          "wait(): Timed out on " + description() + ": the GPU has not finished it; the op is still pending");
     }
     if (round < 100) {
       std::this_thread::yield();

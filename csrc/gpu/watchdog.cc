@@ -135,7 +135,7 @@ void Watchdog::loop() {
         // The handler fails every op of the communicator, this one included.
         onFailure_(
             work->communicator(),
-            Status::error(ErrorKind::kTimeout, {}, "timed out: " + work->description() + " was not done by its deadline"));
+            Status::error(ErrorKind::kTimeout, {}, "Timed out waiting for " + work->description() + ": not done by its deadline"));
         done.push_back(work.get());
       }
     }

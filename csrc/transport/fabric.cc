@@ -203,7 +203,7 @@ std::vector<std::shared_ptr<Connection>> Fabric::connectGroup(
       }
     }
     throw std::runtime_error(
-        "rendezvous timed out: ranks " + formatRanks(missing) + " never connected to rank " +
+        "rendezvous: Timed out waiting for ranks " + formatRanks(missing) + " to connect to rank " +
         std::to_string(group.rank));
   }
   for (auto& entry : pending.arrived) {

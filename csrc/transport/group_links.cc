@@ -229,7 +229,7 @@ void GroupLinks::throwIfStopped(int peer, const std::string& waiting, bool timed
   if (timedOut || Clock::now() >= deadline_) {
     throw OpFailure(Status::error(
         ErrorKind::kTimeout, peer >= 0 ? std::vector<int>{peer} : std::vector<int>{},
-        "timed out " + waiting + (peer >= 0 ? " rank " + std::to_string(peer) : std::string(" any rank"))));
+        "Timed out " + waiting + (peer >= 0 ? " rank " + std::to_string(peer) : std::string(" any rank"))));
   }
 }
 

@@ -171,7 +171,7 @@ template <typename Io>
 bool transferExact(int fd, char* p, size_t bytes, short events, Deadline deadline, std::string* error, Io io) {
   while (bytes > 0) {
     if (pollFor(fd, events, deadline) <= 0) {
-      *error = "timed out";
+      *error = "Timed out waiting for the peer";
       return false;
     }
     ssize_t n = io(p, bytes);

@@ -32,6 +32,8 @@ const char* opCodeName(OpCode op) {
       return "barrier";
     case OpCode::kPointToPoint:
       return "send/recv";
+    case OpCode::kSparseAllreduce:
+      return "sparse allreduce";
   }
   return "unknown op";
 }
@@ -125,7 +127,7 @@ Status validateHeader(const FrameHeader& header) {
         return corrupt("unknown dtype");
       }
       if (header.op < static_cast<uint8_t>(OpCode::kBroadcast) ||
-          header.op > static_cast<uint8_t>(OpCode::kPointToPoint)) {
+          header.op > static_cast<uint8_t>(OpCode::kSparseAllreduce)) {
         return corrupt("unknown op");
       }
       return {};

@@ -45,6 +45,7 @@ enum class OpCode : uint8_t {
   kAlltoall = 8,
   kBarrier = 9,
   kPointToPoint = 10,
+  kSparseAllreduce = 11, // last: the frame check accepts op codes up to it
 };
 
 const char* opCodeName(OpCode op);

@@ -18,6 +18,7 @@ from typing import Any, Callable, Collection, Iterable, Optional, Sequence
 from multiproc import RankResult
 
 __all__ = [
+    "C10D_TIMEOUT_PATTERN",
     "Outcome",
     "Resources",
     "assert_no_problems",
@@ -33,6 +34,9 @@ __all__ = [
     "wait_for_state",
     "wait_until",
 ]
+
+# How c10d's own tests and tools recognise a timeout in an error message.
+C10D_TIMEOUT_PATTERN = r" (Timed out|closed|timeout) "
 
 
 @dataclass(frozen=True)

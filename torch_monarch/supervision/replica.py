@@ -162,9 +162,10 @@ def run_replica(config: Any, entrypoint: Union[Callable[..., Any], str], args: S
         config.run_id = str(uuid.uuid4().int)
     run_dir = options.run_dir
     # A fresh rendezvous store for every restart (hosted by worker rank 0)
-    # instead of the agent's store shared across restarts: keys a previous
-    # incarnation left behind (peer addresses, tokens) must not be read as
-    # current by the next one.
+    # instead of the agent's store shared across restarts. Monarch groups do
+    # not need it (they key their rendezvous on TORCHELASTIC_RESTART_COUNT,
+    # see torch_monarch/backend.py), but a replica running Gloo inside
+    # (DemoConfig.backend) would read the keys its previous incarnation left.
     os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
     os.environ["MONARCH_REPLICA_ID"] = options.replica_id
     os.environ["MONARCH_SUPERVISOR_PID"] = str(os.getpid())
