@@ -8,8 +8,6 @@ ReplicaActors, the OrchestrationManager, the LighthouseActor) must be gone.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -17,31 +15,20 @@ from typing import Any
 
 import pytest
 
+from commands import REPO_ROOT, repo_env, run_bounded
+
 pytest.importorskip("monarch.actor")
 pytest.importorskip("torchft")
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = REPO_ROOT / "test" / "scripts" / "supervised_steps.py"
 
 
 def _env() -> dict[str, str]:
-    path = os.pathsep.join(filter(None, [str(REPO_ROOT), str(REPO_ROOT / "test"), os.environ.get("PYTHONPATH")]))
-    return {**os.environ, "PYTHONPATH": path, "MONARCH_RUN_LOG_LEVEL": "WARNING"}
+    return repo_env({"MONARCH_RUN_LOG_LEVEL": "WARNING"})
 
 
 def _run(command: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
-    process = subprocess.Popen(command, env=_env(), cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    try:
-        output, _ = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        output, _ = process.communicate()
-        pytest.fail(f"{command[2]} did not finish in {timeout:.0f}s:\n{output[-6000:]}")
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-    return subprocess.CompletedProcess(command, process.returncode, output, "")
+    return run_bounded(command, timeout, _env())
 
 
 def _events(run_dir: Path) -> list[dict[str, Any]]:

@@ -9,18 +9,14 @@ route. The failures include the GPU-side ones: a CUDA error in the step
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from commands import repo_env, run_bounded
+
 pytestmark = [pytest.mark.cuda, pytest.mark.timeout(420)]
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
 
 def _worker_logs(out: Path, tail: int = 3000) -> str:
     """The end of every worker log of the run, to say why a replica failed."""
@@ -34,24 +30,14 @@ def _worker_logs(out: Path, tail: int = 3000) -> str:
 def test_demo_on_cuda_recovers_every_failure(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     out = tmp_path / "demo"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
     command = [sys.executable, "-m", "torch_monarch.demo", "--device", "cuda", "--duration", "45", "--replicas", "2",
                "--workers", "2", "--every", "10", "--kinds", "cuda,comm,kill", "--status", "log", "--out", str(out)]
-    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    try:
-        output, _ = process.communicate(timeout=400)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        output, _ = process.communicate()
-        pytest.fail(f"demo did not finish:\n{output[-5000:]}")
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+    result = run_bounded(command, 400, repo_env())
+    output = result.stdout
     print(output[-6000:])
-    if process.returncode != 0:
+    if result.returncode != 0:
         print(_worker_logs(out))
-    assert process.returncode == 0, output[-5000:]
+    assert result.returncode == 0, output[-5000:]
     summary = json.loads((out / "summary.json").read_text())
     kinds = {failure["kind"] for failure in summary.get("failures", [])}
     assert {"cuda", "comm"} <= kinds, summary.get("failures")
