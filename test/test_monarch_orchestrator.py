@@ -62,8 +62,9 @@ def _assert_all_gone(pids: set[int]) -> None:
 
 @pytest.mark.timeout(360)
 def test_kill_and_exception_restart_in_place_heal_and_rejoin(tmp_path: Path) -> None:
-    """kill -9 then an exception in replica trainers: restart in place, the other replica keeps
-    committing, the restarted one heals and rejoins; final parameters are bit-identical."""
+    """kill -9 then an exception in replica trainers, under the demo's default DiLoCo-20: restart in
+    place, the other replica keeps committing outer syncs, the restarted one heals (inner and outer
+    optimizer state) and rejoins; final parameters are bit-identical."""
     out = tmp_path / "demo"
     command = [sys.executable, "-m", "torch_monarch.demo", "--orchestrator", "monarch", "--replicas", "2", "--workers", "2", "--min-replicas", "1",
                "--duration", "24", "--every", "8", "--kinds", "kill,exc", "--no-baseline", "--status", "log", "--out", str(out)]
@@ -73,14 +74,23 @@ def test_kill_and_exception_restart_in_place_heal_and_rejoin(tmp_path: Path) -> 
     assert summary["failures_injected"] == 2, summary
     assert summary["failures_recovered"] == 2, summary
     assert summary["final_params_identical"] is True
+    assert summary["sync"] == "diloco every 20 steps", summary["sync"]
+    assert summary["healthy_missed_syncs"] == 0, summary
     run_dir = out / "with_failures"
     events = _events(run_dir)
     failures = {f["kind"]: f for f in summary["failures"]}
     window = next(e["t"] for e in events if e["event"] == "window_start")
-    # The kill reached the victim's ReplicaActor as a signal, within the fast supervision poll.
     detected = [e for e in events if e["event"] == "detected" and e.get("orchestrator") == "monarch"]
-    assert [e["kind"] for e in detected] == ["signal", "exception"], detected
-    assert detected[0]["signal"] == "SIGKILL"
+    assert [e["kind"] for e in detected][1:] == ["exception"], detected
+    # The kill reached the victim's ReplicaActor as a signal, within the fast supervision poll; or,
+    # when Monarch reported the killed trainer's peer first (its allreduce saw the link close), as
+    # that peer's collective error naming the killed rank. Monarch 0.7 reports one trainer at a time,
+    # in no fixed order, and the killed one may be reaped before its exit status can be read.
+    kill = failures["kill"]
+    if detected[0]["kind"] == "signal":
+        assert detected[0]["signal"] == "SIGKILL", detected[0]
+    else:
+        assert detected[0]["kind"] == "collective" and detected[0]["failed_ranks"] == [kill["rank"]], detected[0]
     # The exception's traceback came with it, from the trainer's report_training_error.
     assert "InjectedFailure" in detected[1]["traceback"] and "train.py" in detected[1]["traceback"]
     for kind in ("kill", "exc"):
