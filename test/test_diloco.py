@@ -1,4 +1,4 @@
-"""DiLoCo across replicas on the embedded orchestrator (``monarch-run --sync diloco``).
+"""DiLoCo across replicas under both orchestrators (``monarch-run --sync diloco``, embedded and Monarch).
 
 Two replica groups of one worker train with TorchFT's DiLoCo over
 ProcessGroupMonarch (``test/scripts/diloco_steps.py``); one replica is killed
@@ -34,14 +34,15 @@ def _syncs(run_dir: Path, replica: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (run_dir / f"diloco_{replica}.jsonl").read_text().splitlines() if line.strip()]
 
 
-def _run_with_kill(run_dir: Path, where: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _run_with_kill(run_dir: Path, where: str, orchestrator: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     result = monarch_run(
-        "--replicas", "2", "--nproc-per-node", "1", "--min-replicas", "2", "--max-restarts", "2",
+        "--orchestrator", orchestrator, "--replicas", "2", "--nproc-per-node", "1", "--min-replicas", "2", "--max-restarts", "2",
         "--restart-backoff", "0", "--sync", "diloco", "--sync-every", "4", "--run-dir", str(run_dir),
         str(SCRIPT), "--outer-steps", str(OUTER_STEPS), "--kill", where, "--kill-at", "2",
         timeout=200,
     )
     assert result.returncode == 0, result.stdout[-5000:]
+    assert events(run_dir)[0]["orchestrator"] == orchestrator
     dying = [e for e in events(run_dir) if e["event"] == "dying"]
     assert [(e["replica"], e["where"]) for e in dying] == [("1", "outer sync" if where == "sync" else "inner step")]
     survivor, restarted = _syncs(run_dir, "0"), _syncs(run_dir, "1")
@@ -69,9 +70,12 @@ def _assert_healed_with_full_state(survivor: list[dict[str, Any]], restarted: li
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.parametrize("orchestrator", ["embedded", "monarch"])
 @pytest.mark.parametrize("where", ["inner", "sync"])
-def test_kill_then_heal_and_identical_parameters(tmp_path: Path, where: str) -> None:
-    survivor, restarted = _run_with_kill(tmp_path / "run", where)
+def test_kill_then_heal_and_identical_parameters(tmp_path: Path, where: str, orchestrator: str) -> None:
+    if orchestrator == "monarch":
+        pytest.importorskip("monarch.actor")
+    survivor, restarted = _run_with_kill(tmp_path / "run", where, orchestrator)
     _assert_healed_with_full_state(survivor, restarted)
     if where == "sync":
         # The victim died having sent only part of its pseudo-gradients: the
