@@ -115,6 +115,7 @@ class Job:
             "job_started",
             replicas=len(self.replica_ids),
             lighthouse=self.lighthouse_address,
+            orchestrator="embedded",
             scheduler=self.scheduler.name,
         )
         self.orchestrator = Orchestrator(
