@@ -127,6 +127,15 @@ def test_monarch_run_exports_sync_to_workers() -> None:
     assert sync_env(parse_args(["train.py"])) == {}  # the script's default: SyncConfig()
 
 
+def test_monarch_orchestrator_exports_sync_to_trainers() -> None:
+    from torch_monarch.monarch.job import job_config
+    from torch_monarch.quorum.lighthouse import LighthouseConfig
+
+    args = parse_args(["--orchestrator", "monarch", "--sync", "per-step", "--sync-every", "7", "train.py"])
+    env = job_config(args, "run", LighthouseConfig(), {"MONARCH_START_BARRIER": "1"}).trainer.env
+    assert env == {"MONARCH_START_BARRIER": "1", "MONARCH_SYNC_MODE": "per-step", "MONARCH_SYNC_EVERY": "7"}
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [(["--sync-every", "0"], "must be >= 1"), (["--sync-every", "-1"], "must be >= 1"),

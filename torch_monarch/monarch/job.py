@@ -14,6 +14,7 @@ import logging
 import time
 from typing import Any, Optional
 
+from torch_monarch.launch.args import sync_env
 from torch_monarch.launch.job import Job
 from torch_monarch.monarch._require import require_monarch
 from torch_monarch.monarch.config import MonarchJobConfig, TrainerSpec
@@ -37,7 +38,7 @@ def job_config(args: argparse.Namespace, run_dir: str, lighthouse: LighthouseCon
         args=tuple(args.training_script_args),
         module=bool(args.module),
         nproc=int(args.nproc_per_node),
-        env=dict(env),
+        env={**env, **sync_env(args)},
         preload=preload,
     )
     return MonarchJobConfig(
