@@ -16,19 +16,20 @@ of those variables, ``torch_monarch._env``).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from torch_monarch._env import with_env_overrides
-from torch_monarch.supervision.policy import RestartPolicy
+from torch_monarch._config import Config
+from torch_monarch.supervision.policy import Backoff, RestartPolicy
 from torch_monarch.supervision.probes import HangConfig
 from torch_monarch.quorum.sync import SYNC_MODES
 
-__all__ = ["LaunchDefaults", "get_args_parser", "parse_args", "sync_env"]
+__all__ = ["LaunchDefaults", "get_args_parser", "hang_config", "parse_args", "restart_policy", "sync_env"]
 
 
 @dataclass(frozen=True)
-class LaunchDefaults:
+class LaunchDefaults(Config):
     """Defaults of the replica-group flags (env: ``MONARCH_<FIELD>``, e.g. ``MONARCH_REPLICAS``)."""
 
     replicas: int = 1
@@ -36,9 +37,6 @@ class LaunchDefaults:
     lighthouse: str = ""
     replace_replicas: int = 1
     orchestrator: str = "embedded"
-
-    def with_env_overrides(self) -> "LaunchDefaults":
-        return with_env_overrides(self, "MONARCH_")
 
 
 def _add(group: argparse._ArgumentGroup, flag: str, **kwargs: object) -> None:
@@ -82,14 +80,14 @@ def get_args_parser() -> argparse.ArgumentParser:
         group,
         "--restart-window",
         type=float,
-        default=policy.window_s,
+        default=policy.window.total_seconds(),
         help="Seconds over which --max-restarts counts a replica's restarts (default 300).",
     )
     _add(
         group,
         "--restart-backoff",
         type=float,
-        default=policy.backoff.initial_s,
+        default=policy.backoff.initial.total_seconds(),
         help="Initial delay before restarting a replica's workers; doubles with each restart in the window.",
     )
     _add(
@@ -103,7 +101,7 @@ def get_args_parser() -> argparse.ArgumentParser:
         group,
         "--hang-timeout",
         type=float,
-        default=hang.progress_timeout_s,
+        default=hang.progress_timeout.total_seconds(),
         help="Seconds without report_progress() after which a training worker is hung (0: off).",
     )
     _add(
@@ -173,6 +171,22 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     if args.sync_every is not None and args.sync_every < 1:
         raise SystemExit(f"monarch-run: --sync-every must be >= 1 (inner steps between outer syncs), got {args.sync_every}")
     return args
+
+
+def restart_policy(args: argparse.Namespace) -> RestartPolicy:
+    """A replica's restart policy from ``--max-restarts``, ``--restart-window`` and ``--restart-backoff`` (seconds)."""
+    return RestartPolicy(args.max_restarts, args.restart_window, Backoff(initial=args.restart_backoff))
+
+
+def hang_config(args: argparse.Namespace) -> HangConfig:
+    """``MONARCH_HANG_*`` settings under ``--hang-timeout`` (seconds) and ``--no-hang-detection``.
+
+    The flag's default already is ``MONARCH_HANG_PROGRESS_TIMEOUT``'s value, so the flag wins when given.
+    """
+    hang = HangConfig().with_env_overrides()
+    return dataclasses.replace(
+        hang, enabled=hang.enabled and not args.no_hang_detection, progress_timeout=args.hang_timeout
+    )
 
 
 def sync_env(args: argparse.Namespace) -> dict[str, str]:

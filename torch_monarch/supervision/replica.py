@@ -72,17 +72,17 @@ class ReplicaSupervisor(Supervisor):
                 "%s: %d restarts within %.0fs already; escalating %s",
                 self.name,
                 self.policy.max_restarts,
-                self.policy.window_s,
+                self.policy.window.total_seconds(),
                 failure.describe(),
             )
             if self.run_dir is not None:
                 self.run_dir.event("escalated", replica=self.replica_id, by=self.name, kind=failure.kind.value)
             return False
-        self.last_delay = delay
+        self.last_delay = delay.total_seconds()
         logger.warning(
             "%s: restarting workers in place in %.2fs (restart %d): %s",
             self.name,
-            delay,
+            self.last_delay,
             self.budget.total,
             failure.describe(),
         )
@@ -90,7 +90,7 @@ class ReplicaSupervisor(Supervisor):
             self.run_dir.event(
                 "restart_scheduled",
                 replica=self.replica_id,
-                delay_s=delay,
+                delay_s=self.last_delay,
                 restarts=self.budget.total,
                 kind=failure.kind.value,
                 who=failure.who,
