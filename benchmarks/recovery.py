@@ -110,7 +110,7 @@ def _phase(name: str, setup: str, sync: str, args: argparse.Namespace, out: Path
         PhaseSpec(
             name=name,
             run_dir=out / name,
-            duration_s=args.every * (len(args.kinds.split(",")) + 1),
+            duration=args.every * (len(args.kinds.split(",")) + 1),
             replicas=args.replicas,
             workers=args.workers,
             min_replicas=2,
@@ -121,7 +121,7 @@ def _phase(name: str, setup: str, sync: str, args: argparse.Namespace, out: Path
             extra_args=config["extra_args"],
             preload=config["preload"],
             orchestrator=config.get("orchestrator", "embedded"),
-            stop_timeout_s=args.stop_timeout,
+            stop_timeout=args.stop_timeout,
             sync=SYNCS[sync],
         )
     )

@@ -132,9 +132,9 @@ def test_restart_policy_backoff_float_and_env(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_a_duration_must_be_a_timedelta_or_seconds() -> None:
-    with pytest.raises(TypeError, match="RestartPolicy.window must be a timedelta or a number of seconds"):
+    with pytest.raises(TypeError, match="RestartPolicy.window: a duration must be a timedelta or a number of seconds"):
         RestartPolicy(window="60")  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="RestartPolicy.backoff must be"):
+    with pytest.raises(TypeError, match="RestartPolicy.backoff: a duration must be"):
         RestartPolicy(backoff="fast")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="window must be positive"):
         RestartPolicy(window=0)

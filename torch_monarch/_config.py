@@ -29,13 +29,14 @@ Duration = Union[timedelta, float, int]
 C = TypeVar("C", bound="Config")
 
 
-def as_timedelta(value: Duration, what: str = "a duration") -> timedelta:
-    """``value`` as a timedelta; a number is seconds. TypeError for anything else."""
+def as_timedelta(value: Duration, name: str = "") -> timedelta:
+    """``value`` as a timedelta; a number is seconds. TypeError (naming ``name``) for anything else."""
     if isinstance(value, timedelta):
         return value
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return timedelta(seconds=value)
-    raise TypeError(f"{what} must be a timedelta or a number of seconds, got {value!r}")
+    where = f"{name}: " if name else ""
+    raise TypeError(f"{where}a duration must be a timedelta or a number of seconds, got {value!r}")
 
 
 @functools.lru_cache(maxsize=None)

@@ -89,7 +89,7 @@ def _phase_spec(args: argparse.Namespace, name: str, out: Path, inject: Optional
     return PhaseSpec(
         name=name,
         run_dir=out / name,
-        duration_s=args.duration,
+        duration=args.duration,
         replicas=args.replicas,
         workers=args.workers,
         min_replicas=min(args.min_replicas, args.replicas),

@@ -392,7 +392,7 @@ def wait_for_start(timeout: Duration = timedelta(minutes=10), poll_s: float = 0.
     if ctx.run_dir is None or os.environ.get("MONARCH_START_BARRIER") != "1":
         return
     report_progress(0, state="ready")
-    wait = as_timedelta(timeout, "wait_for_start's timeout").total_seconds()
+    wait = as_timedelta(timeout, "wait_for_start(timeout)").total_seconds()
     deadline = time.monotonic() + wait
     while not _control().get("start"):
         if time.monotonic() > deadline:
