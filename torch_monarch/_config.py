@@ -46,8 +46,8 @@ def _duration_fields(config_type: type) -> tuple[str, ...]:
     names = []
     for field in dataclasses.fields(config_type):
         hint = hints[field.name]
-        optional = typing.get_origin(hint) in (Union, types.UnionType) and set(typing.get_args(hint)) == {timedelta, type(None)}
-        if hint is timedelta or optional:
+        union = typing.get_origin(hint) in (Union, types.UnionType)
+        if hint is timedelta or (union and set(typing.get_args(hint)) == {timedelta, type(None)}):
             names.append(field.name)
     return tuple(names)
 

@@ -52,13 +52,7 @@ class MonarchBackend : public c10d::Backend {
   c10::intrusive_ptr<MonarchBackend> reconfigure(
       const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, const std::string& groupName);
 
-  bool supportsShrinking() const override {
-    return true;
-  }
-  c10::intrusive_ptr<c10d::Backend> shrink(
-      const std::vector<int64_t>& ranksToExclude,
-      int shrinkFlags,
-      const c10::intrusive_ptr<c10d::Backend::Options>& optsOverride) override;
+  MONARCH_C10D_SHRINK_OVERRIDES
   bool supportsSplitting() const override {
     return true;
   }

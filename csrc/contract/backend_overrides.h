@@ -2,11 +2,13 @@
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
-// The c10d::Backend collectives and point-to-point ops that every backend of
-// torch_monarch implements (the host backend, NCCL, host-staged), declared
-// once: a backend class names MONARCH_C10D_OPS_OVERRIDES in its public
-// section and defines each op in its .cc. Ops only some backends have
-// (allreduce_sparse) are declared by those.
+// The c10d::Backend overrides that torch_monarch's backends share, declared
+// once: a backend class names the macro in its public section and defines
+// each function in its .cc.
+//
+// MONARCH_C10D_OPS_OVERRIDES: the collectives and point-to-point ops that
+// every backend implements (the host backend, NCCL, host-staged). Ops only
+// some backends have (allreduce_sparse) are declared by those.
 #define MONARCH_C10D_OPS_OVERRIDES                                                                          \
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) \
       override;                                                                                             \
@@ -51,3 +53,14 @@
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) override;     \
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;         \
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+
+// MONARCH_C10D_SHRINK_OVERRIDES: shrinking a group past excluded ranks
+// (ProcessGroup.shrink), which the host and NCCL backends support.
+#define MONARCH_C10D_SHRINK_OVERRIDES                                           \
+  bool supportsShrinking() const override {                                     \
+    return true;                                                                \
+  }                                                                             \
+  c10::intrusive_ptr<c10d::Backend> shrink(                                     \
+      const std::vector<int64_t>& ranksToExclude,                               \
+      int shrinkFlags,                                                          \
+      const c10::intrusive_ptr<c10d::Backend::Options>& optsOverride) override;

@@ -39,13 +39,7 @@ class NcclBackend : public c10d::Backend {
     return collectives_.load();
   }
 
-  bool supportsShrinking() const override {
-    return true;
-  }
-  c10::intrusive_ptr<c10d::Backend> shrink(
-      const std::vector<int64_t>& ranksToExclude,
-      int shrinkFlags,
-      const c10::intrusive_ptr<c10d::Backend::Options>& optsOverride) override;
+  MONARCH_C10D_SHRINK_OVERRIDES
   // The backend of `child` (the survivors): communicators shrunk with
   // ncclCommShrink where possible, else made anew on first use.
   c10::intrusive_ptr<NcclBackend> shrinkInto(DeviceGroup child, const std::vector<int64_t>& excluded, int shrinkFlags);

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Optional, Sequence
 
 from torch_monarch._config import Config
@@ -45,6 +46,11 @@ def _add(group: argparse._ArgumentGroup, flag: str, **kwargs: object) -> None:
     if "-" in flag[2:]:
         flags.append("--" + flag[2:].replace("-", "_"))
     group.add_argument(*flags, **kwargs)  # type: ignore[arg-type]
+
+
+def _add_seconds(group: argparse._ArgumentGroup, flag: str, default: timedelta, help: str) -> None:
+    """Adds a duration flag: a number of seconds on the command line, ``default`` from the config."""
+    _add(group, flag, type=float, default=default.total_seconds(), metavar="SECONDS", help=help)
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -76,18 +82,16 @@ def get_args_parser() -> argparse.ArgumentParser:
         default=defaults.lighthouse,
         help="Address of an existing TorchFT Lighthouse; default: an embedded one.",
     )
-    _add(
+    _add_seconds(
         group,
         "--restart-window",
-        type=float,
-        default=policy.window.total_seconds(),
+        policy.window,
         help="Seconds over which --max-restarts counts a replica's restarts (default 300).",
     )
-    _add(
+    _add_seconds(
         group,
         "--restart-backoff",
-        type=float,
-        default=policy.backoff.initial.total_seconds(),
+        policy.backoff.initial,
         help="Initial delay before restarting a replica's workers; doubles with each restart in the window.",
     )
     _add(
@@ -97,11 +101,10 @@ def get_args_parser() -> argparse.ArgumentParser:
         default=defaults.replace_replicas,
         help="How often a replica that escalates is replaced by a new allocation before the job goes on without it.",
     )
-    _add(
+    _add_seconds(
         group,
         "--hang-timeout",
-        type=float,
-        default=hang.progress_timeout.total_seconds(),
+        hang.progress_timeout,
         help="Seconds without report_progress() after which a training worker is hung (0: off).",
     )
     _add(
