@@ -79,10 +79,10 @@ SETUPS: dict[str, dict[str, Any]] = {
         "env": {
             "MONARCH_FT_PG": "gloo",
             "MONARCH_DEMO_BACKEND": "gloo",
-            "MONARCH_DEMO_PG_TIMEOUT_S": "1800",
-            "MONARCH_QUORUM_TIMEOUT_S": "60",
-            "MONARCH_QUORUM_QUORUM_TIMEOUT_S": "60",
-            "MONARCH_QUORUM_CONNECT_TIMEOUT_S": "60",
+            "MONARCH_DEMO_PG_TIMEOUT": "1800",
+            "MONARCH_QUORUM_TIMEOUT": "60",
+            "MONARCH_QUORUM_QUORUM_TIMEOUT": "60",
+            "MONARCH_QUORUM_CONNECT_TIMEOUT": "60",
         },
         "lighthouse": TORCHFT_DEFAULTS,
         "extra_args": ["--no-hang-detection", "--restart-backoff", "0"],
@@ -110,7 +110,7 @@ def _phase(name: str, setup: str, sync: str, args: argparse.Namespace, out: Path
         PhaseSpec(
             name=name,
             run_dir=out / name,
-            duration_s=args.every * (len(args.kinds.split(",")) + 1),
+            duration=args.every * (len(args.kinds.split(",")) + 1),
             replicas=args.replicas,
             workers=args.workers,
             min_replicas=2,
@@ -121,7 +121,7 @@ def _phase(name: str, setup: str, sync: str, args: argparse.Namespace, out: Path
             extra_args=config["extra_args"],
             preload=config["preload"],
             orchestrator=config.get("orchestrator", "embedded"),
-            stop_timeout_s=args.stop_timeout,
+            stop_timeout=args.stop_timeout,
             sync=SYNCS[sync],
         )
     )
@@ -146,7 +146,7 @@ def measure(setup: str, sync: str, args: argparse.Namespace, out: Path) -> dict[
     base_loss = eval_final_params(base.spec.run_dir, eval_set, TinyLM(cfg))["loss"]
     runs = []
     for i in range(args.runs):
-        inject = InjectionSpec(every_s=args.every, kinds=kinds, seed=args.seed + i, until_s=duration - args.every / 2)
+        inject = InjectionSpec(every=args.every, kinds=kinds, seed=args.seed + i, until=duration - args.every / 2)
         print(f"[{label}] run {i + 1}/{args.runs} with failures ({', '.join(kinds)}; every {args.every:.0f}s)", flush=True)
         failed = _phase(f"{setup}-{sync}-failures-{i}", setup, sync, args, out, inject)
         run = load_run(failed.spec.run_dir)

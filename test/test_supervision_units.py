@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Optional
 
 import pytest
 
 from torch_monarch._env import with_env_overrides
+from torch_monarch.demo.config import DemoConfig
 from torch_monarch.launch.inject import InjectionSpec
+from torch_monarch.quorum.lighthouse import LighthouseConfig
+from torch_monarch.quorum.manager import QuorumConfig
 from torch_monarch.supervision import (
     Backoff,
     Failure,
@@ -23,6 +27,7 @@ from torch_monarch.supervision import (
     Supervisor,
     root_cause,
 )
+from torch_monarch.supervision.probes import HangConfig
 from torch_monarch.supervision.replica import ReplicaSupervisor
 from torch_monarch.supervision.scheduler.base import ReplicaStatus
 
@@ -106,22 +111,33 @@ def test_failure_json_round_trip_and_escalation() -> None:
 
 def test_restart_budget_window_and_backoff() -> None:
     clock = FakeClock()
-    budget = RestartBudget(RestartPolicy(max_restarts=2, window_s=60, backoff=Backoff(1.0, 2.0, 3.0)), clock)
-    assert budget.request() == 1.0
-    assert budget.request() == 2.0
+    budget = RestartBudget(RestartPolicy(max_restarts=2, window=timedelta(seconds=60), backoff=Backoff(1.0, 2.0, 3.0)), clock)
+    assert budget.request() == timedelta(seconds=1)
+    assert budget.request() == timedelta(seconds=2)
     assert budget.request() is None  # third within the window: escalate
     clock.now += 61
-    assert budget.request() == 1.0  # the window moved on
+    assert budget.request() == timedelta(seconds=1)  # the window moved on
     assert budget.total == 3
 
 
 def test_restart_policy_backoff_float_and_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert RestartPolicy(backoff=0.25).backoff.initial_s == 0.25
+    assert RestartPolicy(backoff=0.25).backoff.initial == timedelta(seconds=0.25)
+    assert RestartPolicy(backoff=timedelta(seconds=2)).backoff.initial == timedelta(seconds=2)
+    assert RestartPolicy(window=90).window == timedelta(seconds=90)
     monkeypatch.setenv("MONARCH_MAX_RESTARTS", "7")
-    monkeypatch.setenv("MONARCH_RESTART_WINDOW_S", "12.5")
-    monkeypatch.setenv("MONARCH_RESTART_BACKOFF_S", "0.1")
+    monkeypatch.setenv("MONARCH_RESTART_WINDOW", "12.5")
+    monkeypatch.setenv("MONARCH_RESTART_BACKOFF", "0.1")
     p = RestartPolicy().with_env_overrides()
-    assert (p.max_restarts, p.window_s, p.backoff.initial_s) == (7, 12.5, 0.1)
+    assert (p.max_restarts, p.window, p.backoff.initial) == (7, timedelta(seconds=12.5), timedelta(seconds=0.1))
+
+
+def test_a_duration_must_be_a_timedelta_or_seconds() -> None:
+    with pytest.raises(TypeError, match="RestartPolicy.window: a duration must be a timedelta or a number of seconds"):
+        RestartPolicy(window="60")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="RestartPolicy.backoff: a duration must be"):
+        RestartPolicy(backoff="fast")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="window must be positive"):
+        RestartPolicy(window=0)
 
 
 def test_env_overrides_parse_by_field_type() -> None:
@@ -136,6 +152,25 @@ def test_env_overrides_parse_by_field_type() -> None:
     assert cfg == Cfg(3, 2.5, True, "y")
     with pytest.raises(ValueError, match="T_A"):
         with_env_overrides(Cfg(), "T_", {"T_A": "nope"})
+
+
+def test_duration_fields_are_overridden_in_seconds() -> None:
+    env = {
+        "MONARCH_HANG_PROGRESS_TIMEOUT": "7.5",
+        "MONARCH_QUORUM_HEARTBEAT_INTERVAL": "0.25",
+        "MONARCH_LIGHTHOUSE_HEARTBEAT_TIMEOUT": "2",
+    }
+    assert with_env_overrides(HangConfig(), HangConfig.ENV_PREFIX, env).progress_timeout == timedelta(seconds=7.5)
+    assert with_env_overrides(QuorumConfig(), QuorumConfig.ENV_PREFIX, env).heartbeat_interval == timedelta(seconds=0.25)
+    assert with_env_overrides(LighthouseConfig(), LighthouseConfig.ENV_PREFIX, env).heartbeat_timeout == timedelta(seconds=2)
+    with pytest.raises(ValueError, match="MONARCH_HANG_STOPPED_GRACE"):
+        with_env_overrides(HangConfig(), HangConfig.ENV_PREFIX, {"MONARCH_HANG_STOPPED_GRACE": "1s"})
+
+
+def test_config_to_env_round_trips_through_the_overrides() -> None:
+    cfg = DemoConfig(pg_timeout=timedelta(seconds=1800, microseconds=500), lr=0.5, backend="gloo")
+    assert cfg.to_env()["MONARCH_DEMO_PG_TIMEOUT"] == "1800.0005"
+    assert with_env_overrides(DemoConfig(), DemoConfig.ENV_PREFIX, cfg.to_env()) == cfg
 
 
 # -- the tree ------------------------------------------------------------------
@@ -164,7 +199,7 @@ def test_handle_escalates_until_someone_handles() -> None:
 def test_replica_supervisor_restarts_then_escalates() -> None:
     clock = FakeClock()
     parent = Recording("orchestrator", True)
-    sup = ReplicaSupervisor("0", RestartPolicy(max_restarts=1, window_s=100, backoff=0.5), parent=parent, clock=clock)
+    sup = ReplicaSupervisor("0", RestartPolicy(max_restarts=1, window=100, backoff=0.5), parent=parent, clock=clock)
     f = Failure(who="w", kind=FailureKind.SIGNAL, time=0.0, message="SIGKILL", replica_id="0")
     assert sup.supervise(f) and sup.last_delay == 0.5
     assert not sup.supervise(f)
@@ -200,7 +235,7 @@ class FakeScheduler(Scheduler):
 def test_orchestrator_replaces_then_drops_then_fails() -> None:
     sched = FakeScheduler()
     specs = [ReplicaSpec(str(i), ["train.py"]) for i in range(3)]
-    orch = Orchestrator(sched, specs, min_replicas=2, replace_policy=RestartPolicy(max_restarts=1, window_s=100, backoff=0))
+    orch = Orchestrator(sched, specs, min_replicas=2, replace_policy=RestartPolicy(max_restarts=1, window=100, backoff=0))
     orch.start()
     assert len(sched.submitted) == 3 and orch.poll()
 
@@ -237,9 +272,9 @@ def test_orchestrator_succeeds_when_all_replicas_finish() -> None:
 
 def test_injection_spec_parse_and_schedule() -> None:
     spec = InjectionSpec.parse("every=20s,kinds=kill,segv,hang,comm,seed=1")
-    assert spec.every_s == 20 and spec.kinds == ("kill", "segv", "hang", "comm") and spec.seed == 1
+    assert spec.every == timedelta(seconds=20) and spec.kinds == ("kill", "segv", "hang", "comm") and spec.seed == 1
     assert InjectionSpec.parse("every=500ms,kinds=exc,count=3").schedule() == [0.5, 1.0, 1.5]
-    assert InjectionSpec(every_s=20, until_s=100).schedule() == [20, 40, 60, 80, 100]
+    assert InjectionSpec(every=20, until=timedelta(seconds=100)).schedule() == [20, 40, 60, 80, 100]
     assert InjectionSpec.parse("every=1m,start=10s,until=2m").schedule() == [10, 70]
     with pytest.raises(ValueError):
         InjectionSpec.parse("every=20s,kinds=meteor")

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -83,7 +84,7 @@ def test_stop_and_start_control(worker_env: RunDir, monkeypatch: pytest.MonkeyPa
     write_json(worker_env.control_path, {"start": True, "stop_at_step": 10})
     assert not sv.stop_requested(9) and sv.stop_requested(10)
     monkeypatch.setenv("MONARCH_START_BARRIER", "1")
-    sv.wait_for_start(timeout_s=5)  # start already given
+    sv.wait_for_start(timeout=timedelta(seconds=5))  # start already given
 
 
 def test_supervised_reports_and_exits_nonzero(tmp_path: Path) -> None:
@@ -108,7 +109,7 @@ def test_supervised_reports_and_exits_nonzero(tmp_path: Path) -> None:
 def test_hang_probe_sees_a_stopped_process(tmp_path: Path) -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        probe = HangProbe(HangConfig(stopped_grace_s=0.0), None, "0")
+        probe = HangProbe(HangConfig(stopped_grace=timedelta(0)), None, "0")
         assert probe.check({0: child.pid}) == []
         os.kill(child.pid, signal.SIGSTOP)
         wait_until(lambda: process_state(child.pid) == "T", what="the child to stop")
@@ -122,7 +123,7 @@ def test_hang_probe_sees_a_stopped_process(tmp_path: Path) -> None:
 def test_hang_probe_progress_timeout(tmp_path: Path) -> None:
     run_dir = RunDir(tmp_path)
     wall = [1000.0]
-    probe = HangProbe(HangConfig(progress_timeout_s=5.0), run_dir, "0", wall_clock=lambda: wall[0])
+    probe = HangProbe(HangConfig(progress_timeout=timedelta(seconds=5)), run_dir, "0", wall_clock=lambda: wall[0])
     pid = os.getpid()  # a running process: only the progress signal can fire
     write_json(run_dir.worker_path("0", 0), {"pid": pid, "state": "training", "t": 1000.0, "step": 3})
     assert probe.check({0: pid}) == []

@@ -25,12 +25,11 @@ both sides list the same fields (test/test_options.py) follow from those.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Optional, Union
+from typing import Optional
 
-from torch_monarch._env import with_env_overrides
+from torch_monarch._config import Config
 
 __all__ = ["Options"]
 
@@ -42,7 +41,7 @@ GPU_TRANSPORTS = ("auto", "nccl", "host")
 
 
 @dataclass
-class Options:
+class Options(Config):
     """``pg_options`` for ``init_process_group``/``new_group`` with backend "monarch".
 
     Attributes:
@@ -114,14 +113,9 @@ class Options:
     shm_segment_bytes: int = 8 * 1024 * 1024
     gpu_transport: str = "auto"
 
-    def __post_init__(self) -> None:
-        # Numbers of seconds, as these fields took before they were timedeltas.
-        self.timeout = _duration(self.timeout) if self.timeout is not None else None
-        self.heartbeat_timeout = _duration(self.heartbeat_timeout)
-
     def with_env_overrides(self) -> "Options":
         """Returns a validated copy with ``MONARCH_*`` environment variables applied."""
-        resolved = with_env_overrides(self, "MONARCH_")
+        resolved = super().with_env_overrides()
         resolved.validate()
         return resolved
 
@@ -149,10 +143,3 @@ class Options:
         if self.direct_max_ranks < 0:
             raise ValueError(f"Options.direct_max_ranks must be >= 0, got {self.direct_max_ranks}")
 
-
-def _duration(value: Union[timedelta, float, int]) -> timedelta:
-    if isinstance(value, timedelta):
-        return value
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return timedelta(seconds=value)
-    raise TypeError(f"a duration must be a timedelta or a number of seconds, got {value!r}")

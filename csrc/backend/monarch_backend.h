@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "backend/device_dispatch.h"
+#include "contract/backend_overrides.h"
 #include "contract/op_gate.h"
 #include "backend/options.h"
 #include "backend/work.h"
@@ -51,13 +52,7 @@ class MonarchBackend : public c10d::Backend {
   c10::intrusive_ptr<MonarchBackend> reconfigure(
       const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, const std::string& groupName);
 
-  bool supportsShrinking() const override {
-    return true;
-  }
-  c10::intrusive_ptr<c10d::Backend> shrink(
-      const std::vector<int64_t>& ranksToExclude,
-      int shrinkFlags,
-      const c10::intrusive_ptr<c10d::Backend::Options>& optsOverride) override;
+  MONARCH_C10D_SHRINK_OVERRIDES
   bool supportsSplitting() const override {
     return true;
   }
@@ -80,46 +75,8 @@ class MonarchBackend : public c10d::Backend {
   void setSequenceNumberForGroup() override {}
   uint64_t getSequenceNumberForGroup() override;
 
-  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) override;
+  MONARCH_C10D_OPS_OVERRIDES
   c10::intrusive_ptr<c10d::Work> allreduce_sparse(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
-      std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> allgather(
-      std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
-      const c10d::AllgatherOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> _allgather_base(
-      at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
-      std::vector<std::vector<at::Tensor>>& outputLists, std::vector<at::Tensor>& inputs,
-      const c10d::AllgatherOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
-      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
-      const c10d::AllgatherOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> gather(
-      std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
-      const c10d::GatherOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> scatter(
-      std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
-      const c10d::ScatterOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> reduce_scatter(
-      std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
-      const c10d::ReduceScatterOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
-      at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
-      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
-      const c10d::ReduceScatterOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> alltoall_base(
-      at::Tensor& output, at::Tensor& input, std::vector<int64_t>& outputSplitSizes,
-      std::vector<int64_t>& inputSplitSizes, const c10d::AllToAllOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> alltoall(
-      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllToAllOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank, int tag) override;
-  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) override;
-  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
-  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
 
   c10d::ErrorType getError() override;
   void abort() override;

@@ -1,10 +1,9 @@
 // Each collective of the host-staged route: which tensors the op reads
 // (copied to the host first), which it writes (copied back after), and the
 // same op on the host copies. Where the host path packs its inputs on the
-// calling thread (lists flattened into one buffer, reduce's copy on a
-// non-root rank, send), the copies to the host must have landed before the
-// call: there the caller waits for them (waitHere); elsewhere the group's
-// worker does (the op's gate) and the caller never waits for the GPU.
+// calling thread (Pack::kOnCaller), the caller waits for the copies to the
+// host (waitHere); elsewhere the group's worker does (the op's gate) and
+// the caller never waits for the GPU.
 
 #include "gpu/host_staged_backend.h"
 
@@ -13,6 +12,10 @@
 namespace monarch::gpu {
 
 namespace {
+
+std::vector<const at::Tensor*> pointers(const at::Tensor& tensor) {
+  return {&tensor};
+}
 
 std::vector<const at::Tensor*> pointers(const std::vector<at::Tensor>& tensors) {
   std::vector<const at::Tensor*> all;
@@ -61,144 +64,137 @@ Staging HostStagedBackend::stage(const std::vector<const at::Tensor*>& tensors, 
   return Staging(device, streamFor(device), rank_);
 }
 
-c10::intrusive_ptr<c10d::Work> HostStagedBackend::broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
-  Staging staging = stage(pointers(tensors), "broadcast");
+template <typename HostOp>
+c10::intrusive_ptr<c10d::Work> HostStagedBackend::inPlace(
+    const char* name, c10d::OpType type, std::vector<at::Tensor>& tensors, Pack pack, HostOp&& hostOp) {
+  Staging staging = stage(pointers(tensors), name);
   auto hosts = staging.inout(tensors);
-  return staging.run(c10d::OpType::BROADCAST, tensors, [&] { return host_.broadcast(hosts, opts); });
+  if (pack == Pack::kOnCaller) {
+    staging.waitHere(packTimeout());
+  }
+  return staging.run(type, tensors, [&] { return hostOp(hosts); });
+}
+
+template <typename Outputs, typename Inputs, typename HostOp>
+c10::intrusive_ptr<c10d::Work> HostStagedBackend::outOfPlace(
+    const char* name, c10d::OpType type, Outputs& outputs, Inputs& inputs, std::vector<at::Tensor> results,
+    Pack pack, HostOp&& hostOp) {
+  Staging staging = stage(pointers(outputs, inputs), name);
+  auto hostInputs = staging.input(inputs);
+  auto hostOutputs = staging.output(outputs);
+  if (pack == Pack::kOnCaller) {
+    staging.waitHere(packTimeout());
+  }
+  return staging.run(type, std::move(results), [&] { return hostOp(hostOutputs, hostInputs); });
+}
+
+c10::intrusive_ptr<c10d::Work> HostStagedBackend::broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
+  return inPlace("broadcast", c10d::OpType::BROADCAST, tensors, Pack::kOnWorker, [&](auto& hosts) {
+    return host_.broadcast(hosts, opts);
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> HostStagedBackend::allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
-  Staging staging = stage(pointers(tensors), "allreduce");
-  auto hosts = staging.inout(tensors);
-  return staging.run(c10d::OpType::ALLREDUCE, tensors, [&] { return host_.allreduce(hosts, opts); });
+  return inPlace("allreduce", c10d::OpType::ALLREDUCE, tensors, Pack::kOnWorker, [&](auto& hosts) {
+    return host_.allreduce(hosts, opts);
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> HostStagedBackend::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
-  Staging staging = stage(pointers(tensors), "allreduce_coalesced");
-  auto hosts = staging.inout(tensors);
-  staging.waitHere(packTimeout());
-  return staging.run(c10d::OpType::ALLREDUCE_COALESCED, tensors, [&] { return host_.allreduce_coalesced(hosts, opts); });
+  return inPlace("allreduce_coalesced", c10d::OpType::ALLREDUCE_COALESCED, tensors, Pack::kOnCaller, [&](auto& hosts) {
+    return host_.allreduce_coalesced(hosts, opts);
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> HostStagedBackend::reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
-  Staging staging = stage(pointers(tensors), "reduce");
-  auto hosts = staging.inout(tensors);
-  staging.waitHere(packTimeout());
-  return staging.run(c10d::OpType::REDUCE, tensors, [&] { return host_.reduce(hosts, opts); });
+  return inPlace("reduce", c10d::OpType::REDUCE, tensors, Pack::kOnCaller, [&](auto& hosts) {
+    return host_.reduce(hosts, opts);
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> HostStagedBackend::allgather(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
-  Staging staging = stage(pointers(outputs, inputs), "allgather");
-  auto hostInputs = staging.input(inputs);
-  auto hostOutputs = staging.output(outputs);
   std::vector<at::Tensor> results = outputs.empty() ? std::vector<at::Tensor>() : outputs[0];
-  return staging.run(c10d::OpType::ALLGATHER, results, [&] { return host_.allgather(hostOutputs, hostInputs, opts); });
+  return outOfPlace(
+      "allgather", c10d::OpType::ALLGATHER, outputs, inputs, results, Pack::kOnWorker,
+      [&](auto& out, auto& in) { return host_.allgather(out, in, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> HostStagedBackend::_allgather_base(
     at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
-  Staging staging = stage({&output, &input}, "_allgather_base");
-  at::Tensor hostInput = staging.input(input);
-  at::Tensor hostOutput = staging.output(output);
-  return staging.run(c10d::OpType::_ALLGATHER_BASE, {output}, [&] {
-    return host_._allgather_base(hostOutput, hostInput, opts);
-  });
+  return outOfPlace(
+      "_allgather_base", c10d::OpType::_ALLGATHER_BASE, output, input, {output}, Pack::kOnWorker,
+      [&](auto& out, auto& in) { return host_._allgather_base(out, in, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> HostStagedBackend::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& outputLists, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
-  Staging staging = stage(pointers(outputLists, inputs), "allgather_coalesced");
-  auto hostInputs = staging.input(inputs);
-  auto hostOutputs = staging.output(outputLists);
-  staging.waitHere(packTimeout());
   std::vector<at::Tensor> results;
   for (const auto& list : outputLists) {
     results.insert(results.end(), list.begin(), list.end());
   }
-  return staging.run(c10d::OpType::ALLGATHER_COALESCED, results, [&] {
-    return host_.allgather_coalesced(hostOutputs, hostInputs, opts);
-  });
+  return outOfPlace(
+      "allgather_coalesced", c10d::OpType::ALLGATHER_COALESCED, outputLists, inputs, results, Pack::kOnCaller,
+      [&](auto& out, auto& in) { return host_.allgather_coalesced(out, in, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> HostStagedBackend::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
-  Staging staging = stage(pointers(outputs, inputs), "allgather_into_tensor_coalesced");
-  auto hostInputs = staging.input(inputs);
-  auto hostOutputs = staging.output(outputs);
-  return staging.run(c10d::OpType::COALESCED, outputs, [&] {
-    return host_.allgather_into_tensor_coalesced(hostOutputs, hostInputs, opts);
-  });
+  return outOfPlace(
+      "allgather_into_tensor_coalesced", c10d::OpType::COALESCED, outputs, inputs, outputs, Pack::kOnWorker,
+      [&](auto& out, auto& in) { return host_.allgather_into_tensor_coalesced(out, in, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> HostStagedBackend::gather(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs, const c10d::GatherOptions& opts) {
-  Staging staging = stage(pointers(outputs, inputs), "gather");
-  auto hostInputs = staging.input(inputs);
-  auto hostOutputs = staging.output(outputs);
   std::vector<at::Tensor> results = outputs.empty() ? std::vector<at::Tensor>() : outputs[0];
-  return staging.run(c10d::OpType::GATHER, results, [&] { return host_.gather(hostOutputs, hostInputs, opts); });
+  return outOfPlace(
+      "gather", c10d::OpType::GATHER, outputs, inputs, results, Pack::kOnWorker,
+      [&](auto& out, auto& in) { return host_.gather(out, in, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> HostStagedBackend::scatter(
     std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs, const c10d::ScatterOptions& opts) {
-  Staging staging = stage(pointers(outputs, inputs), "scatter");
-  auto hostInputs = staging.input(inputs);
-  auto hostOutputs = staging.output(outputs);
-  staging.waitHere(packTimeout());
-  return staging.run(c10d::OpType::SCATTER, outputs, [&] { return host_.scatter(hostOutputs, hostInputs, opts); });
+  return outOfPlace(
+      "scatter", c10d::OpType::SCATTER, outputs, inputs, outputs, Pack::kOnCaller,
+      [&](auto& out, auto& in) { return host_.scatter(out, in, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> HostStagedBackend::reduce_scatter(
     std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs, const c10d::ReduceScatterOptions& opts) {
-  Staging staging = stage(pointers(outputs, inputs), "reduce_scatter");
-  auto hostInputs = staging.input(inputs);
-  auto hostOutputs = staging.output(outputs);
-  staging.waitHere(packTimeout());
-  return staging.run(c10d::OpType::REDUCE_SCATTER, outputs, [&] {
-    return host_.reduce_scatter(hostOutputs, hostInputs, opts);
-  });
+  return outOfPlace(
+      "reduce_scatter", c10d::OpType::REDUCE_SCATTER, outputs, inputs, outputs, Pack::kOnCaller,
+      [&](auto& out, auto& in) { return host_.reduce_scatter(out, in, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> HostStagedBackend::_reduce_scatter_base(
     at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
-  Staging staging = stage({&output, &input}, "_reduce_scatter_base");
-  at::Tensor hostInput = staging.input(input);
-  at::Tensor hostOutput = staging.output(output);
-  return staging.run(c10d::OpType::_REDUCE_SCATTER_BASE, {output}, [&] {
-    return host_._reduce_scatter_base(hostOutput, hostInput, opts);
-  });
+  return outOfPlace(
+      "_reduce_scatter_base", c10d::OpType::_REDUCE_SCATTER_BASE, output, input, {output}, Pack::kOnWorker,
+      [&](auto& out, auto& in) { return host_._reduce_scatter_base(out, in, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> HostStagedBackend::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
-  Staging staging = stage(pointers(outputs, inputs), "reduce_scatter_tensor_coalesced");
-  auto hostInputs = staging.input(inputs);
-  auto hostOutputs = staging.output(outputs);
-  return staging.run(c10d::OpType::COALESCED, outputs, [&] {
-    return host_.reduce_scatter_tensor_coalesced(hostOutputs, hostInputs, opts);
-  });
+  return outOfPlace(
+      "reduce_scatter_tensor_coalesced", c10d::OpType::COALESCED, outputs, inputs, outputs, Pack::kOnWorker,
+      [&](auto& out, auto& in) { return host_.reduce_scatter_tensor_coalesced(out, in, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> HostStagedBackend::alltoall_base(
     at::Tensor& output, at::Tensor& input, std::vector<int64_t>& outputSplitSizes,
     std::vector<int64_t>& inputSplitSizes, const c10d::AllToAllOptions& opts) {
-  Staging staging = stage({&output, &input}, "alltoall_base");
-  at::Tensor hostInput = staging.input(input);
-  at::Tensor hostOutput = staging.output(output);
-  return staging.run(c10d::OpType::ALLTOALL_BASE, {output}, [&] {
-    return host_.alltoall_base(hostOutput, hostInput, outputSplitSizes, inputSplitSizes, opts);
-  });
+  return outOfPlace(
+      "alltoall_base", c10d::OpType::ALLTOALL_BASE, output, input, {output}, Pack::kOnWorker,
+      [&](auto& out, auto& in) { return host_.alltoall_base(out, in, outputSplitSizes, inputSplitSizes, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> HostStagedBackend::alltoall(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllToAllOptions& opts) {
-  Staging staging = stage(pointers(outputs, inputs), "alltoall");
-  auto hostInputs = staging.input(inputs);
-  auto hostOutputs = staging.output(outputs);
-  staging.waitHere(packTimeout());
-  return staging.run(c10d::OpType::ALLTOALL, outputs, [&] { return host_.alltoall(hostOutputs, hostInputs, opts); });
+  return outOfPlace(
+      "alltoall", c10d::OpType::ALLTOALL, outputs, inputs, outputs, Pack::kOnCaller,
+      [&](auto& out, auto& in) { return host_.alltoall(out, in, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> HostStagedBackend::send(std::vector<at::Tensor>& tensors, int dstRank, int tag) {

@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 
+#include "contract/backend_overrides.h"
 #include "gpu/host_staging.h"
 
 namespace monarch::gpu {
@@ -29,45 +30,24 @@ class HostStagedBackend : public c10d::Backend {
     timeoutMs_ = timeout.count();
   }
 
-  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
-      std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> allgather(
-      std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
-      const c10d::AllgatherOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> _allgather_base(
-      at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
-      std::vector<std::vector<at::Tensor>>& outputLists, std::vector<at::Tensor>& inputs,
-      const c10d::AllgatherOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
-      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> gather(
-      std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
-      const c10d::GatherOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> scatter(
-      std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
-      const c10d::ScatterOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> reduce_scatter(
-      std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
-      const c10d::ReduceScatterOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
-      at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
-      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> alltoall_base(
-      at::Tensor& output, at::Tensor& input, std::vector<int64_t>& outputSplitSizes,
-      std::vector<int64_t>& inputSplitSizes, const c10d::AllToAllOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> alltoall(
-      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllToAllOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank, int tag) override;
-  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) override;
-  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
-  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+  MONARCH_C10D_OPS_OVERRIDES
 
  private:
+  // Whether the host backend packs the op's inputs on the calling thread
+  // (lists flattened into one buffer, reduce's copy on a non-root rank,
+  // send): then their copies to the host must have landed before the call.
+  enum class Pack { kOnWorker, kOnCaller };
+  // The route of an op that reads and writes the same tensors: stages them
+  // and runs `hostOp(hostTensors)`.
+  template <typename HostOp>
+  c10::intrusive_ptr<c10d::Work> inPlace(
+      const char* name, c10d::OpType type, std::vector<at::Tensor>& tensors, Pack pack, HostOp&& hostOp);
+  // The route of an op with outputs and inputs: stages both and runs
+  // `hostOp(hostOutputs, hostInputs)`; `results` are the work's result.
+  template <typename Outputs, typename Inputs, typename HostOp>
+  c10::intrusive_ptr<c10d::Work> outOfPlace(
+      const char* name, c10d::OpType type, Outputs& outputs, Inputs& inputs, std::vector<at::Tensor> results,
+      Pack pack, HostOp&& hostOp);
   // An op's staging on the device of `tensors` (one device per op).
   Staging stage(const std::vector<const at::Tensor*>& tensors, const char* op);
   c10::cuda::CUDAStream streamFor(c10::Device device);

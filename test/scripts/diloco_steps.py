@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import signal
+from datetime import timedelta
 from typing import Any, Iterable
 
 import torch
@@ -73,7 +74,7 @@ def main() -> None:
         state_dict=lambda: {"model": model.state_dict(), "inner": inner.state_dict()},
         load_state_dict=load_state_dict,
         replica_id=f"diloco_{ctx.replica_id}",
-        config=QuorumConfig(min_replica_size=2, timeout_s=10.0).with_env_overrides(),
+        config=QuorumConfig(min_replica_size=2, timeout=timedelta(seconds=10)).with_env_overrides(),
         use_async_quorum=False,
     )
     sync = SyncConfig().with_env_overrides()

@@ -36,8 +36,8 @@ class ReplicaConfig:
     # Replicas wait at this step for the parent's "gate" (sent once the
     # restarted replica is up), so that survivors cannot finish without it.
     gate_step: int
-    pg_timeout_s: float = 10.0
-    heartbeat_timeout_s: float = 3.0
+    pg_timeout: timedelta = timedelta(seconds=10)
+    heartbeat_timeout: timedelta = timedelta(seconds=3)
 
 
 def replica_main(replica: int, life: int, config: ReplicaConfig, conn: Any) -> None:
@@ -92,9 +92,9 @@ def _train(replica: int, life: int, config: ReplicaConfig, conn: Any) -> None:
     from torch_monarch.torchft import ProcessGroupMonarch
 
     torch.set_num_threads(1)
-    timeout = timedelta(seconds=config.pg_timeout_s)
+    timeout = config.pg_timeout
     store = dist.TCPStore("localhost", 0, is_master=True, wait_for_workers=False)
-    pg = ProcessGroupMonarch(timeout=timeout, options=Options(heartbeat_timeout=config.heartbeat_timeout_s))
+    pg = ProcessGroupMonarch(timeout=timeout, options=Options(heartbeat_timeout=config.heartbeat_timeout))
 
     torch.manual_seed(42)  # same initial weights everywhere; the Manager syncs them anyway
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))

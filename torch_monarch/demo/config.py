@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
+from datetime import timedelta
+from typing import ClassVar
 
-from torch_monarch._env import with_env_overrides
+from torch_monarch._config import Config
 
 __all__ = ["DemoConfig"]
 
 
 @dataclass(frozen=True)
-class DemoConfig:
+class DemoConfig(Config):
     """Model, data and optimisation of the demo's language model.
 
     The model is deliberately tiny: 8 worker processes share 2 CPU cores in
     the default run, and what the demo measures is recovery, not FLOPs.
     """
+
+    ENV_PREFIX: ClassVar[str] = "MONARCH_DEMO_"
 
     vocab: int = 32
     seq_len: int = 24
@@ -35,12 +38,6 @@ class DemoConfig:
     #: backend inside a replica ("gloo" for the TorchFT-default comparison)
     backend: str = "monarch"
     #: op timeout of the replica's own process group (torch's default for gloo is 1800 s)
-    pg_timeout_s: float = 30.0
+    pg_timeout: timedelta = timedelta(seconds=30)
     #: "cpu", or "cuda": replica r trains on visible GPU r mod the GPU count
     device: str = "cpu"
-
-    def with_env_overrides(self) -> "DemoConfig":
-        return with_env_overrides(self, "MONARCH_DEMO_")
-
-    def to_env(self) -> dict[str, str]:
-        return {f"MONARCH_DEMO_{f.name.upper()}": str(getattr(self, f.name)) for f in dataclasses.fields(self)}

@@ -44,7 +44,7 @@ def _schedule(duration: float, every: float) -> InjectionSpec:
     margin = min(15.0, duration / 4)
     if duration - margin < every:
         every = max(1.0, (duration - margin) / 2)
-    return InjectionSpec(every_s=every, until_s=duration - margin)
+    return InjectionSpec(every=every, until=duration - margin)
 
 
 def _sync_every(text: str) -> int:
@@ -89,7 +89,7 @@ def _phase_spec(args: argparse.Namespace, name: str, out: Path, inject: Optional
     return PhaseSpec(
         name=name,
         run_dir=out / name,
-        duration_s=args.duration,
+        duration=args.duration,
         replicas=args.replicas,
         workers=args.workers,
         min_replicas=min(args.min_replicas, args.replicas),
@@ -195,11 +195,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     spec = _schedule(args.duration, args.every)
     default_kinds = GPU_KINDS if args.device == "cuda" else DEFAULT_KINDS
     kinds = tuple(k for k in args.kinds.split(",") if k) if args.kinds is not None else default_kinds
-    inject = InjectionSpec(every_s=spec.every_s, kinds=kinds, seed=args.seed, until_s=spec.until_s)
+    inject = dataclasses.replace(spec, kinds=kinds, seed=args.seed)
     started = time.monotonic()
     print(
         f"torch_monarch demo: {args.replicas} replicas x {args.workers} workers, failures ({', '.join(kinds)}) "
-        f"every {inject.every_s:.0f}s for {args.duration:.0f}s, then the same run without failures. Output: {out}",
+        f"every {inject.every.total_seconds():.0f}s for {args.duration:.0f}s, then the same run without failures. Output: {out}",
         flush=True,
     )
     failed = run_phase(_phase_spec(args, "with_failures", out, inject))

@@ -1,7 +1,7 @@
 """Runs one phase of the demo: a ``monarch-run`` job for a fixed time.
 
 A phase starts the replicas, waits until all of them train in one quorum
-(the measurement window starts then), runs for ``duration_s`` while the
+(the measurement window starts then), runs for ``duration`` while the
 failure drill (if any) injects failures, then stops the job cleanly: it
 waits until every replica is back in the full quorum, asks all workers to
 stop at the same step (``control.json``), and waits for them to exit.
@@ -15,9 +15,11 @@ import os
 import shutil
 import time
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Optional
 
+from torch_monarch._config import coerce_durations
 from torch_monarch.demo.config import DemoConfig
 from torch_monarch.launch.args import parse_args
 from torch_monarch.launch.inject import FailureInjector, Injection, InjectionSpec
@@ -36,19 +38,19 @@ _TRAIN_SCRIPT = str(Path(__file__).with_name("train.py"))
 
 @dataclass
 class PhaseSpec:
-    """What one phase runs."""
+    """What one phase runs (durations: timedeltas or numbers of seconds)."""
 
     name: str
     run_dir: Path
-    duration_s: float
+    duration: timedelta
     replicas: int = 4
     workers: int = 2
     min_replicas: int = 2
     inject: Optional[InjectionSpec] = None
     status: str = "log"
     config: DemoConfig = field(default_factory=DemoConfig)
-    startup_timeout_s: float = 180.0
-    stop_timeout_s: float = 90.0
+    startup_timeout: timedelta = timedelta(minutes=3)
+    stop_timeout: timedelta = timedelta(seconds=90)
     env: dict[str, str] = field(default_factory=dict)
     #: the embedded Lighthouse's settings (None: torch_monarch's defaults)
     lighthouse: Optional[LighthouseConfig] = None
@@ -60,6 +62,9 @@ class PhaseSpec:
     orchestrator: str = "embedded"
     #: synchronisation across replicas (monarch-run's --sync/--sync-every)
     sync: SyncConfig = field(default_factory=SyncConfig)
+
+    def __post_init__(self) -> None:
+        coerce_durations(self)
 
 
 @dataclass
@@ -131,7 +136,7 @@ def run_phase(spec: PhaseSpec) -> PhaseResult:
     job.start()
     try:
         # 1. Start-up: every worker of every replica ready, then all start together.
-        deadline = time.monotonic() + spec.startup_timeout_s
+        deadline = time.monotonic() + spec.startup_timeout.total_seconds()
         while not _all_ready(job, spec.workers):
             if not job.poll() or time.monotonic() > deadline:
                 result.message = "replicas did not all start"
@@ -145,7 +150,7 @@ def run_phase(spec: PhaseSpec) -> PhaseResult:
         if injector is not None:
             injector.start()
         # 2. The measured window.
-        end = time.monotonic() + spec.duration_s
+        end = time.monotonic() + spec.duration.total_seconds()
         while time.monotonic() < end:
             if not job.poll():
                 result.message = "job ended early"
@@ -161,7 +166,7 @@ def run_phase(spec: PhaseSpec) -> PhaseResult:
         if injector is not None:
             result.injections = list(injector.injections)
         # 3. Stop every replica at one step, once all are back in the quorum.
-        deadline = time.monotonic() + spec.stop_timeout_s
+        deadline = time.monotonic() + spec.stop_timeout.total_seconds()
         while not job.all_training() and time.monotonic() < deadline and job.poll():
             view.refresh(extra="waiting for all replicas before stopping")
             time.sleep(0.2)

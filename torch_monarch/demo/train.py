@@ -31,7 +31,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-from datetime import timedelta
 from typing import Any, Optional
 
 import torch
@@ -214,7 +213,7 @@ def main() -> None:
     replica = int(ctx.replica_id)
 
     # Within the replica: the monarch backend (env:// from the elastic agent).
-    dist.init_process_group(cfg.backend, timeout=timedelta(seconds=cfg.pg_timeout_s))
+    dist.init_process_group(cfg.backend, timeout=cfg.pg_timeout)
     rank, world = dist.get_rank(), dist.get_world_size()
     supervision.worker.event("group_ready")
 

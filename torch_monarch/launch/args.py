@@ -16,19 +16,21 @@ of those variables, ``torch_monarch._env``).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Optional, Sequence
 
-from torch_monarch._env import with_env_overrides
-from torch_monarch.supervision.policy import RestartPolicy
+from torch_monarch._config import Config
+from torch_monarch.supervision.policy import Backoff, RestartPolicy
 from torch_monarch.supervision.probes import HangConfig
 from torch_monarch.quorum.sync import SYNC_MODES
 
-__all__ = ["LaunchDefaults", "get_args_parser", "parse_args", "sync_env"]
+__all__ = ["LaunchDefaults", "get_args_parser", "hang_config", "parse_args", "restart_policy", "sync_env"]
 
 
 @dataclass(frozen=True)
-class LaunchDefaults:
+class LaunchDefaults(Config):
     """Defaults of the replica-group flags (env: ``MONARCH_<FIELD>``, e.g. ``MONARCH_REPLICAS``)."""
 
     replicas: int = 1
@@ -37,9 +39,6 @@ class LaunchDefaults:
     replace_replicas: int = 1
     orchestrator: str = "embedded"
 
-    def with_env_overrides(self) -> "LaunchDefaults":
-        return with_env_overrides(self, "MONARCH_")
-
 
 def _add(group: argparse._ArgumentGroup, flag: str, **kwargs: object) -> None:
     """Adds ``--a-b`` with torchrun's ``--a_b`` alias."""
@@ -47,6 +46,11 @@ def _add(group: argparse._ArgumentGroup, flag: str, **kwargs: object) -> None:
     if "-" in flag[2:]:
         flags.append("--" + flag[2:].replace("-", "_"))
     group.add_argument(*flags, **kwargs)  # type: ignore[arg-type]
+
+
+def _add_seconds(group: argparse._ArgumentGroup, flag: str, default: timedelta, help: str) -> None:
+    """Adds a duration flag: a number of seconds on the command line, ``default`` from the config."""
+    _add(group, flag, type=float, default=default.total_seconds(), metavar="SECONDS", help=help)
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -78,18 +82,16 @@ def get_args_parser() -> argparse.ArgumentParser:
         default=defaults.lighthouse,
         help="Address of an existing TorchFT Lighthouse; default: an embedded one.",
     )
-    _add(
+    _add_seconds(
         group,
         "--restart-window",
-        type=float,
-        default=policy.window_s,
+        policy.window,
         help="Seconds over which --max-restarts counts a replica's restarts (default 300).",
     )
-    _add(
+    _add_seconds(
         group,
         "--restart-backoff",
-        type=float,
-        default=policy.backoff.initial_s,
+        policy.backoff.initial,
         help="Initial delay before restarting a replica's workers; doubles with each restart in the window.",
     )
     _add(
@@ -99,11 +101,10 @@ def get_args_parser() -> argparse.ArgumentParser:
         default=defaults.replace_replicas,
         help="How often a replica that escalates is replaced by a new allocation before the job goes on without it.",
     )
-    _add(
+    _add_seconds(
         group,
         "--hang-timeout",
-        type=float,
-        default=hang.progress_timeout_s,
+        hang.progress_timeout,
         help="Seconds without report_progress() after which a training worker is hung (0: off).",
     )
     _add(
@@ -173,6 +174,22 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     if args.sync_every is not None and args.sync_every < 1:
         raise SystemExit(f"monarch-run: --sync-every must be >= 1 (inner steps between outer syncs), got {args.sync_every}")
     return args
+
+
+def restart_policy(args: argparse.Namespace) -> RestartPolicy:
+    """A replica's restart policy from ``--max-restarts``, ``--restart-window`` and ``--restart-backoff`` (seconds)."""
+    return RestartPolicy(args.max_restarts, args.restart_window, Backoff(initial=args.restart_backoff))
+
+
+def hang_config(args: argparse.Namespace) -> HangConfig:
+    """``MONARCH_HANG_*`` settings under ``--hang-timeout`` (seconds) and ``--no-hang-detection``.
+
+    The flag's default already is ``MONARCH_HANG_PROGRESS_TIMEOUT``'s value, so the flag wins when given.
+    """
+    hang = HangConfig().with_env_overrides()
+    return dataclasses.replace(
+        hang, enabled=hang.enabled and not args.no_hang_detection, progress_timeout=args.hang_timeout
+    )
 
 
 def sync_env(args: argparse.Namespace) -> dict[str, str]:

@@ -31,8 +31,10 @@ import re
 import signal
 import time
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Callable, Optional, Sequence
 
+from torch_monarch._config import coerce_durations
 from torch_monarch.supervision.rundir import RunDir, read_json, write_json
 from torch_monarch.supervision.worker import ACTIVE_STATES
 
@@ -44,13 +46,15 @@ KINDS = ("kill", "segv", "hang", "comm", "exc", "exit", "cuda")
 _SIGNALS = {"kill": signal.SIGKILL, "segv": signal.SIGSEGV, "hang": signal.SIGSTOP}
 
 
-def _seconds(text: str) -> float:
+_UNITS = {"ms": timedelta(milliseconds=1), "s": timedelta(seconds=1), "m": timedelta(minutes=1)}
+
+
+def _duration(text: str) -> timedelta:
+    """``20s``, ``500ms``, ``2m``; a bare number is seconds."""
     match = re.fullmatch(r"\s*([0-9.]+)\s*(ms|s|m)?\s*", text)
     if not match:
         raise ValueError(f"not a duration: {text!r}")
-    value = float(match.group(1))
-    unit = match.group(2) or "s"
-    return value / 1000.0 if unit == "ms" else value * 60.0 if unit == "m" else value
+    return float(match.group(1)) * _UNITS[match.group(2) or "s"]
 
 
 @dataclass(frozen=True)
@@ -58,26 +62,27 @@ class InjectionSpec:
     """When and what to inject.
 
     Attributes:
-        every_s: seconds between injections.
+        every: time between injections.
         kinds: kinds to cycle through (see the module docstring).
         seed: victim selection seed.
-        start_s: first injection, seconds after training starts (default ``every_s``).
-        until_s: no injection after this many seconds.
+        start: first injection, after training starts (default ``every``).
+        until: no injection after this long.
         count: at most this many injections.
     """
 
-    every_s: float = 20.0
+    every: timedelta = timedelta(seconds=20)
     kinds: tuple[str, ...] = ("kill", "segv", "hang", "comm")
     seed: int = 0
-    start_s: Optional[float] = None
-    until_s: Optional[float] = None
+    start: Optional[timedelta] = None
+    until: Optional[timedelta] = None
     count: Optional[int] = None
 
     def __post_init__(self) -> None:
+        coerce_durations(self)
         unknown = [k for k in self.kinds if k not in KINDS]
         if unknown or not self.kinds:
             raise ValueError(f"unknown failure kinds {unknown}; choose from {', '.join(KINDS)}")
-        if self.every_s <= 0:
+        if self.every <= timedelta(0):
             raise ValueError("every must be positive")
 
     @classmethod
@@ -98,16 +103,12 @@ class InjectionSpec:
                 raise ValueError(f"cannot parse {token!r} in --inject-failures {text!r}")
         fields: dict[str, object] = {}
         for name, items in values.items():
-            if name == "every":
-                fields["every_s"] = _seconds(items[0])
+            if name in ("every", "start", "until"):
+                fields[name] = _duration(items[0])
             elif name == "kinds":
                 fields["kinds"] = tuple(k for item in items for k in item.replace("+", " ").split())
             elif name == "seed":
                 fields["seed"] = int(items[0])
-            elif name == "start":
-                fields["start_s"] = _seconds(items[0])
-            elif name == "until":
-                fields["until_s"] = _seconds(items[0])
             elif name == "count":
                 fields["count"] = int(items[0])
             else:
@@ -117,13 +118,14 @@ class InjectionSpec:
     def schedule(self) -> list[float]:
         """Planned injection offsets (seconds after start), up to ``until``/``count``."""
         out: list[float] = []
-        t = self.every_s if self.start_s is None else self.start_s
-        limit = self.until_s if self.until_s is not None else float("inf")
+        every = self.every.total_seconds()
+        t = every if self.start is None else self.start.total_seconds()
+        limit = self.until.total_seconds() if self.until is not None else float("inf")
         while t <= limit and (self.count is None or len(out) < self.count):
             out.append(t)
-            if self.until_s is None and self.count is None and len(out) >= 10000:
+            if self.until is None and self.count is None and len(out) >= 10000:
                 break
-            t += self.every_s
+            t += every
         return out
 
 

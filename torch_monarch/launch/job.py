@@ -17,6 +17,7 @@ import tempfile
 import threading
 import time
 from types import FrameType
+from datetime import timedelta
 from typing import Any, Optional
 
 from torch_monarch.launch.inject import FailureInjector, InjectionSpec
@@ -122,7 +123,7 @@ class Job:
             self.scheduler,
             self.replica_specs(),
             min_replicas=self.args.min_replicas,
-            replace_policy=RestartPolicy(max_restarts=self.args.replace_replicas, window_s=3600.0, backoff=0.0),
+            replace_policy=RestartPolicy(max_restarts=self.args.replace_replicas, window=timedelta(hours=1), backoff=0),
             run_dir=self.run_dir,
         )
         self.started_at = time.monotonic()

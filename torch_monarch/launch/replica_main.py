@@ -10,15 +10,12 @@ by a :class:`ReplicaSupervisor`.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 import os
 import uuid
 from typing import Optional
 
-from torch_monarch.launch.args import sync_env
-from torch_monarch.supervision.policy import Backoff, RestartPolicy
-from torch_monarch.supervision.probes import HangConfig
+from torch_monarch.launch.args import hang_config, restart_policy, sync_env
 from torch_monarch.supervision.replica import ReplicaOptions, run_replica
 from torch_monarch.supervision.rundir import RunDir
 
@@ -73,21 +70,13 @@ def run_replica_mode(args: argparse.Namespace) -> int:
     env.update(sync_env(args))
     options = ReplicaOptions(
         replica_id=replica_id,
-        policy=RestartPolicy(args.max_restarts, args.restart_window, Backoff(initial_s=args.restart_backoff)),
-        hang=_hang_config(args),
+        policy=restart_policy(args),
+        hang=hang_config(args),
         run_dir=run_dir,
         preload=preload,
         env=env,
     )
     return run_replica(config, cmd, cmd_args, options)
-
-
-def _hang_config(args: argparse.Namespace) -> HangConfig:
-    """MONARCH_HANG_* settings, under the flags (--hang-timeout took its default from them)."""
-    hang = HangConfig().with_env_overrides()
-    return dataclasses.replace(
-        hang, enabled=hang.enabled and not args.no_hang_detection, progress_timeout_s=args.hang_timeout
-    )
 
 
 def replica_args(args: argparse.Namespace, replica_id: str, lighthouse: str, run_dir: Optional[RunDir]) -> list[str]:

@@ -14,14 +14,12 @@ import logging
 import time
 from typing import Any, Optional
 
-from torch_monarch.launch.args import sync_env
+from torch_monarch.launch.args import hang_config, restart_policy, sync_env
 from torch_monarch.launch.job import Job
 from torch_monarch.monarch._require import require_monarch
 from torch_monarch.monarch.config import MonarchJobConfig, TrainerSpec
 from torch_monarch.quorum.lighthouse import LighthouseConfig
 from torch_monarch.supervision.failure import Failure
-from torch_monarch.supervision.policy import Backoff, RestartPolicy
-from torch_monarch.supervision.probes import HangConfig
 
 __all__ = ["MonarchJob", "job_config"]
 
@@ -46,8 +44,8 @@ def job_config(args: argparse.Namespace, run_dir: str, lighthouse: LighthouseCon
         min_replicas=args.min_replicas,
         trainer=trainer,
         run_dir=run_dir,
-        policy=RestartPolicy(args.max_restarts, args.restart_window, Backoff(initial_s=args.restart_backoff)),
-        hang=HangConfig(enabled=not args.no_hang_detection, progress_timeout_s=args.hang_timeout).with_env_overrides(),
+        policy=restart_policy(args),
+        hang=hang_config(args),
         replace_replicas=args.replace_replicas,
         lighthouse=lighthouse,
         lighthouse_address=args.lighthouse,

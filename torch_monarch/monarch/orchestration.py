@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+from datetime import timedelta
 from typing import Any, Optional
 
 from monarch.actor import Actor, MeshFailure, endpoint, this_host
@@ -61,7 +62,7 @@ class OrchestrationManager(Actor):
             self.scheduler,
             [ReplicaSpec(replica_id=rid, args=[], nproc_per_node=self.config.trainer.nproc) for rid in self.config.replica_ids],
             min_replicas=self.config.min_replicas,
-            replace_policy=RestartPolicy(max_restarts=self.config.replace_replicas, window_s=3600.0, backoff=0.0),
+            replace_policy=RestartPolicy(max_restarts=self.config.replace_replicas, window=timedelta(hours=1), backoff=0),
             run_dir=self.run_dir,
         )
         self.orchestrator.start()

@@ -2,16 +2,16 @@
 
 Every replica's TorchFT Manager asks the Lighthouse for a quorum at each
 step. A replica whose Manager stops heartbeating for
-``heartbeat_timeout_ms`` is dropped from the next quorum, so that number is
+``heartbeat_timeout`` is dropped from the next quorum, so that number is
 how long the healthy replicas wait for a dead one: torchft's default (5 s)
 is tuned for large clusters; torch_monarch's default is 1 s, which the
 backend makes safe because the failed step itself is reported by the
 process group at once (heartbeat detection), not by a timeout. Likewise
-``join_timeout_ms`` (how long a quorum waits for a replica that heartbeats
+``join_timeout`` (how long a quorum waits for a replica that heartbeats
 but has not asked to join, e.g. one still starting) is 5 s instead of 60 s.
 
-Environment overrides: ``MONARCH_LIGHTHOUSE_<FIELD>`` (e.g.
-``MONARCH_LIGHTHOUSE_HEARTBEAT_TIMEOUT_MS=2000``).
+Environment overrides: ``MONARCH_LIGHTHOUSE_<FIELD>``, durations in seconds
+(e.g. ``MONARCH_LIGHTHOUSE_HEARTBEAT_TIMEOUT=2``).
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ from __future__ import annotations
 import logging
 import socket
 from dataclasses import dataclass
-from typing import Any, Optional
+from datetime import timedelta
+from typing import Any, ClassVar, Optional
 
-from torch_monarch._env import with_env_overrides
+from torch_monarch._config import Config
 
 __all__ = ["EmbeddedLighthouse", "LighthouseConfig", "TORCHFT_DEFAULTS"]
 
@@ -29,30 +30,31 @@ logger: logging.Logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class LighthouseConfig:
+class LighthouseConfig(Config):
     """Settings of ``torchft.coordination.LighthouseServer``.
 
     Attributes:
         bind: listen address (``[::]:0`` picks a free port).
         min_replicas: fewest replicas a quorum may have.
-        join_timeout_ms: how long a valid quorum waits for heartbeating
+        join_timeout: how long a valid quorum waits for heartbeating
             replicas that have not asked to join yet.
-        quorum_tick_ms: how often a pending quorum is re-checked.
-        heartbeat_timeout_ms: silence after which a replica is dead.
+        quorum_tick: how often a pending quorum is re-checked.
+        heartbeat_timeout: silence after which a replica is dead.
     """
+
+    ENV_PREFIX: ClassVar[str] = "MONARCH_LIGHTHOUSE_"
 
     bind: str = "[::]:0"
     min_replicas: int = 1
-    join_timeout_ms: int = 5000
-    quorum_tick_ms: int = 100
-    heartbeat_timeout_ms: int = 1000
-
-    def with_env_overrides(self) -> "LighthouseConfig":
-        return with_env_overrides(self, "MONARCH_LIGHTHOUSE_")
+    join_timeout: timedelta = timedelta(seconds=5)
+    quorum_tick: timedelta = timedelta(milliseconds=100)
+    heartbeat_timeout: timedelta = timedelta(seconds=1)
 
 
 #: TorchFT's own defaults (for comparisons).
-TORCHFT_DEFAULTS = LighthouseConfig(join_timeout_ms=60000, quorum_tick_ms=100, heartbeat_timeout_ms=5000)
+TORCHFT_DEFAULTS = LighthouseConfig(
+    join_timeout=timedelta(seconds=60), quorum_tick=timedelta(milliseconds=100), heartbeat_timeout=timedelta(seconds=5)
+)
 
 
 class EmbeddedLighthouse:
@@ -65,9 +67,9 @@ class EmbeddedLighthouse:
         self._server: Optional[Any] = LighthouseServer(
             bind=config.bind,
             min_replicas=config.min_replicas,
-            join_timeout_ms=config.join_timeout_ms,
-            quorum_tick_ms=config.quorum_tick_ms,
-            heartbeat_timeout_ms=config.heartbeat_timeout_ms,
+            join_timeout_ms=_ms(config.join_timeout),
+            quorum_tick_ms=_ms(config.quorum_tick),
+            heartbeat_timeout_ms=_ms(config.heartbeat_timeout),
         )
         self.address: str = _reachable(self._server.address())
         logger.info("lighthouse listening on %s (%s)", self.address, config)
@@ -82,6 +84,11 @@ class EmbeddedLighthouse:
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
+
+
+def _ms(duration: timedelta) -> int:
+    """LighthouseServer takes whole milliseconds."""
+    return round(duration.total_seconds() * 1000)
 
 
 def _reachable(address: str) -> str:

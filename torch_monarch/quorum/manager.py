@@ -17,9 +17,9 @@ import os
 import socket
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Callable, Optional
+from typing import Any, Callable, ClassVar, Optional
 
-from torch_monarch._env import with_env_overrides
+from torch_monarch._config import Config
 from torch_monarch.quorum.process_group import make_process_group
 
 __all__ = ["QuorumConfig", "make_manager"]
@@ -30,28 +30,28 @@ _STORE_KEY = "monarch/manager_store"
 
 
 @dataclass(frozen=True)
-class QuorumConfig:
-    """How a replica takes part in quorums (env: ``MONARCH_QUORUM_<FIELD>``).
+class QuorumConfig(Config):
+    """How a replica takes part in quorums (env: ``MONARCH_QUORUM_<FIELD>``,
+    durations in seconds).
 
     Attributes:
         pg: cross-replica process group, ``monarch`` or ``gloo`` (empty:
             ``$MONARCH_FT_PG``, else monarch).
-        timeout_s: collectives, should_commit and checkpoint transfer.
-        quorum_timeout_s: how long a quorum request may wait.
-        connect_timeout_s: RPC connections to the Manager and Lighthouse.
-        heartbeat_interval_ms: Manager → Lighthouse heartbeats.
+        timeout: collectives, should_commit and checkpoint transfer.
+        quorum_timeout: how long a quorum request may wait.
+        connect_timeout: RPC connections to the Manager and Lighthouse.
+        heartbeat_interval: Manager → Lighthouse heartbeats.
         min_replica_size: fewest replicas that may commit a step.
     """
 
-    pg: str = ""
-    timeout_s: float = 30.0
-    quorum_timeout_s: float = 60.0
-    connect_timeout_s: float = 10.0
-    heartbeat_interval_ms: int = 100
-    min_replica_size: int = 1
+    ENV_PREFIX: ClassVar[str] = "MONARCH_QUORUM_"
 
-    def with_env_overrides(self) -> "QuorumConfig":
-        return with_env_overrides(self, "MONARCH_QUORUM_")
+    pg: str = ""
+    timeout: timedelta = timedelta(seconds=30)
+    quorum_timeout: timedelta = timedelta(seconds=60)
+    connect_timeout: timedelta = timedelta(seconds=10)
+    heartbeat_interval: timedelta = timedelta(milliseconds=100)
+    min_replica_size: int = 1
 
 
 def _host() -> str:
@@ -107,16 +107,16 @@ def make_manager(
     world_size = int(os.environ.get("WORLD_SIZE", "1")) if world_size is None else world_size
     store, host, port = _manager_store(rank, world_size)
     if pg is None:
-        pg = make_process_group(config.pg or None, timedelta(seconds=config.timeout_s))
+        pg = make_process_group(config.pg or None, config.timeout)
     manager = Manager(
         pg=pg,
         load_state_dict=load_state_dict,
         state_dict=state_dict,
         min_replica_size=config.min_replica_size,
-        timeout=timedelta(seconds=config.timeout_s),
-        quorum_timeout=timedelta(seconds=config.quorum_timeout_s),
-        connect_timeout=timedelta(seconds=config.connect_timeout_s),
-        heartbeat_interval=timedelta(milliseconds=config.heartbeat_interval_ms),
+        timeout=config.timeout,
+        quorum_timeout=config.quorum_timeout,
+        connect_timeout=config.connect_timeout,
+        heartbeat_interval=config.heartbeat_interval,
         rank=rank,
         world_size=world_size,
         store_addr=host,

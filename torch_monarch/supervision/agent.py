@@ -21,9 +21,11 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import logging
+import math
 import os
 import signal
 import time
+from datetime import timedelta
 from typing import Any, Optional
 
 from torch.distributed.elastic.agent.server.api import RunResult, WorkerGroup, WorkerSpec, WorkerState
@@ -66,7 +68,7 @@ class MonarchAgent(LocalElasticAgent):
         probe: hang probe run on every monitor tick.
         replica_id: for failure records and the run directory.
         run_dir: where status and events go (optional).
-        stop_timeout_s: how long stopping workers may wait for SIGTERM to
+        stop_timeout: how long stopping workers may wait for SIGTERM to
             take effect before SIGKILL (torch's default is 30 s).
     """
 
@@ -80,7 +82,7 @@ class MonarchAgent(LocalElasticAgent):
         probe: HangProbe,
         replica_id: str,
         run_dir: Optional[RunDir] = None,
-        stop_timeout_s: int = 5,
+        stop_timeout: timedelta = timedelta(seconds=5),
         **kwargs: Any,
     ) -> None:
         super().__init__(spec, logs_specs, start_method=start_method, **kwargs)
@@ -88,7 +90,8 @@ class MonarchAgent(LocalElasticAgent):
         self._probe = probe
         self._replica_id = replica_id
         self._run_dir = run_dir
-        self._stop_timeout_s = stop_timeout_s
+        # torch's PContext takes whole seconds.
+        self._stop_timeout_s = max(1, math.ceil(stop_timeout.total_seconds()))
         self._hangs: dict[int, Hang] = {}
         self._last_failure: Optional[Failure] = None
         self.failures: list[Failure] = []

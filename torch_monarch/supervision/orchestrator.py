@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Callable, Optional, Sequence
 
 from torch_monarch.supervision.failure import Failure, FailureKind
@@ -67,7 +68,7 @@ class Orchestrator(Supervisor):
         replicas: Sequence[ReplicaSpec],
         *,
         min_replicas: int = 1,
-        replace_policy: RestartPolicy = RestartPolicy(max_restarts=1, window_s=3600.0, backoff=0.0),
+        replace_policy: RestartPolicy = RestartPolicy(max_restarts=1, window=timedelta(hours=1), backoff=0),
         run_dir: Optional[RunDir] = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:

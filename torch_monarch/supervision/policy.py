@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import collections
+import dataclasses
 import time
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Callable, Deque, Optional
 
+from torch_monarch._config import as_timedelta, coerce_durations
 from torch_monarch._env import with_env_overrides
 
 __all__ = ["Backoff", "RestartPolicy", "RestartBudget"]
@@ -14,73 +17,76 @@ __all__ = ["Backoff", "RestartPolicy", "RestartBudget"]
 
 @dataclass(frozen=True)
 class Backoff:
-    """Exponential backoff: ``initial_s * factor**n``, capped at ``max_s``.
+    """Exponential backoff: ``initial * factor**n``, capped at ``max``.
 
     ``n`` counts the restarts already made within the policy's window, so a
-    replica that fails once waits ``initial_s``, one that keeps failing waits
+    replica that fails once waits ``initial``, one that keeps failing waits
     longer and longer.
     """
 
-    initial_s: float = 0.5
+    initial: timedelta = timedelta(seconds=0.5)
     factor: float = 2.0
-    max_s: float = 30.0
+    max: timedelta = timedelta(seconds=30)
 
-    def delay(self, attempt: int) -> float:
+    def __post_init__(self) -> None:
+        coerce_durations(self)
+
+    def delay(self, attempt: int) -> timedelta:
         if attempt <= 0:
-            return self.initial_s
-        return min(self.max_s, self.initial_s * self.factor**attempt)
+            return self.initial
+        return min(self.max, self.initial * self.factor**attempt)
 
 
 @dataclass(frozen=True)
 class RestartPolicy:
-    """At most ``max_restarts`` restarts within any ``window_s`` seconds.
+    """At most ``max_restarts`` restarts within any ``window``.
 
     A failure past that budget is not handled: the supervisor escalates it
-    to its parent. ``backoff`` spaces restarts out (a float is read as the
+    to its parent. ``backoff`` spaces restarts out (a duration is read as the
     initial delay of a :class:`Backoff` with the default factor and cap).
 
     Environment overrides: ``MONARCH_MAX_RESTARTS``,
-    ``MONARCH_RESTART_WINDOW_S``, ``MONARCH_RESTART_BACKOFF_S`` (initial
-    delay).
+    ``MONARCH_RESTART_WINDOW``, ``MONARCH_RESTART_BACKOFF`` (initial
+    delay), durations in seconds.
     """
 
     max_restarts: int = 3
-    window_s: float = 300.0
+    window: timedelta = timedelta(seconds=300)
     backoff: Backoff = field(default_factory=Backoff)
 
     def __post_init__(self) -> None:
-        if isinstance(self.backoff, (int, float)):
-            object.__setattr__(self, "backoff", Backoff(initial_s=float(self.backoff)))
+        coerce_durations(self)
+        if not isinstance(self.backoff, Backoff):
+            # A bare duration (or number of seconds) is the initial delay.
+            object.__setattr__(self, "backoff", Backoff(initial=as_timedelta(self.backoff, "RestartPolicy.backoff")))
         if self.max_restarts < 0:
             raise ValueError(f"max_restarts must be >= 0, got {self.max_restarts}")
-        if self.window_s <= 0:
-            raise ValueError(f"window_s must be positive, got {self.window_s}")
+        if self.window <= timedelta(0):
+            raise ValueError(f"window must be positive, got {self.window}")
 
     def with_env_overrides(self) -> "RestartPolicy":
-        """A copy with ``MONARCH_MAX_RESTARTS``, ``MONARCH_RESTART_WINDOW_S`` and
-        ``MONARCH_RESTART_BACKOFF_S`` applied."""
-        env = with_env_overrides(
-            _PolicyEnv(self.max_restarts, self.window_s, self.backoff.initial_s), "MONARCH_"
-        )
+        """A copy with ``MONARCH_MAX_RESTARTS``, ``MONARCH_RESTART_WINDOW`` and
+        ``MONARCH_RESTART_BACKOFF`` applied."""
+        env = with_env_overrides(_PolicyEnv(self.max_restarts, self.window, self.backoff.initial), "MONARCH_")
         return RestartPolicy(
-            env.max_restarts,
-            env.restart_window_s,
-            Backoff(env.restart_backoff_s, self.backoff.factor, self.backoff.max_s),
+            env.max_restarts, env.restart_window, dataclasses.replace(self.backoff, initial=env.restart_backoff)
         )
 
 
 @dataclass(frozen=True)
 class _PolicyEnv:
+    """The policy's fields under the names of their environment variables."""
+
     max_restarts: int
-    restart_window_s: float
-    restart_backoff_s: float
+    restart_window: timedelta
+    restart_backoff: timedelta
 
 
 class RestartBudget:
     """Tracks restarts against a :class:`RestartPolicy`.
 
     ``request()`` returns the delay to wait before restarting, or ``None``
-    when the budget is spent (the caller escalates).
+    when the budget is spent (the caller escalates). The clock counts seconds.
     """
 
     def __init__(self, policy: RestartPolicy, clock: Callable[[], float] = time.monotonic) -> None:
@@ -90,14 +96,15 @@ class RestartBudget:
         self.total: int = 0
 
     def _trim(self, now: float) -> None:
-        while self._recent and now - self._recent[0] > self.policy.window_s:
+        window = self.policy.window.total_seconds()
+        while self._recent and now - self._recent[0] > window:
             self._recent.popleft()
 
     def in_window(self) -> int:
         self._trim(self._clock())
         return len(self._recent)
 
-    def request(self) -> Optional[float]:
+    def request(self) -> Optional[timedelta]:
         now = self._clock()
         self._trim(now)
         if len(self._recent) >= self.policy.max_restarts:

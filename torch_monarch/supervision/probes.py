@@ -3,10 +3,10 @@
 Two independent signals, checked on every monitor tick of the agent:
 
 * the process state: a worker that the kernel reports stopped (``T``, e.g.
-  SIGSTOP) for longer than ``stopped_grace_s`` is hung. This is exact and
+  SIGSTOP) for longer than ``stopped_grace`` is hung. This is exact and
   costs one read of ``/proc/<pid>/stat``;
 * progress: a worker in the ``training`` state whose last
-  ``report_progress`` is older than ``progress_timeout_s`` is hung
+  ``report_progress`` is older than ``progress_timeout`` is hung
   (deadlock, livelock, stuck I/O). The timeout must exceed the slowest
   normal step, so it is the slower signal.
 
@@ -19,31 +19,31 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable, Mapping, Optional
+from datetime import timedelta
+from typing import Callable, ClassVar, Mapping, Optional
 
-from torch_monarch._env import with_env_overrides
+from torch_monarch._config import Config
 from torch_monarch.supervision.rundir import RunDir, read_json
 
 __all__ = ["HangConfig", "HangProbe", "Hang", "process_state"]
 
 
 @dataclass(frozen=True)
-class HangConfig:
-    """Hang detection settings (env: ``MONARCH_HANG_<FIELD>``).
+class HangConfig(Config):
+    """Hang detection settings (env: ``MONARCH_HANG_<FIELD>``, durations in seconds).
 
     Attributes:
         enabled: probe at all (a plain torchrun agent does not).
-        stopped_grace_s: how long a stopped process may stay stopped.
-        progress_timeout_s: how long a training worker may go without
+        stopped_grace: how long a stopped process may stay stopped.
+        progress_timeout: how long a training worker may go without
             reporting progress; 0 disables the progress probe.
     """
 
-    enabled: bool = True
-    stopped_grace_s: float = 0.3
-    progress_timeout_s: float = 60.0
+    ENV_PREFIX: ClassVar[str] = "MONARCH_HANG_"
 
-    def with_env_overrides(self) -> "HangConfig":
-        return with_env_overrides(self, "MONARCH_HANG_")
+    enabled: bool = True
+    stopped_grace: timedelta = timedelta(seconds=0.3)
+    progress_timeout: timedelta = timedelta(seconds=60)
 
 
 @dataclass(frozen=True)
@@ -109,16 +109,17 @@ class HangProbe:
             state = process_state(pid)
             if state in ("T", "t"):
                 since = self._stopped_since.setdefault(pid, now)
-                if now - since >= self.config.stopped_grace_s:
+                if now - since >= self.config.stopped_grace.total_seconds():
                     hung.append(Hang(local_rank, pid, f"process stopped for {now - since:.1f}s", signal="SIGSTOP"))
                 continue
             self._stopped_since.pop(pid, None)
-            if self.config.progress_timeout_s > 0 and self._run_dir is not None:
+            progress_timeout = self.config.progress_timeout.total_seconds()
+            if progress_timeout > 0 and self._run_dir is not None:
                 rank = ranks[local_rank] if ranks is not None else local_rank
                 status = read_json(self._run_dir.worker_path(self._replica_id, rank))
                 if not status or status.get("pid") != pid or status.get("state") != "training":
                     continue
                 silent = self._wall() - float(status.get("t", 0.0))
-                if silent > self.config.progress_timeout_s:
+                if silent > progress_timeout:
                     hung.append(Hang(local_rank, pid, f"no progress for {silent:.1f}s (step {status.get('step')})"))
         return hung

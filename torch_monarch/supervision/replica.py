@@ -21,8 +21,10 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, Callable, Optional, Sequence, Union
 
+from torch_monarch._config import coerce_durations
 from torch_monarch.supervision.failure import Failure
 from torch_monarch.supervision.policy import RestartBudget, RestartPolicy
 from torch_monarch.supervision.probes import HangConfig, HangProbe
@@ -72,17 +74,17 @@ class ReplicaSupervisor(Supervisor):
                 "%s: %d restarts within %.0fs already; escalating %s",
                 self.name,
                 self.policy.max_restarts,
-                self.policy.window_s,
+                self.policy.window.total_seconds(),
                 failure.describe(),
             )
             if self.run_dir is not None:
                 self.run_dir.event("escalated", replica=self.replica_id, by=self.name, kind=failure.kind.value)
             return False
-        self.last_delay = delay
+        self.last_delay = delay.total_seconds()
         logger.warning(
             "%s: restarting workers in place in %.2fs (restart %d): %s",
             self.name,
-            delay,
+            self.last_delay,
             self.budget.total,
             failure.describe(),
         )
@@ -90,7 +92,7 @@ class ReplicaSupervisor(Supervisor):
             self.run_dir.event(
                 "restart_scheduled",
                 replica=self.replica_id,
-                delay_s=delay,
+                delay_s=self.last_delay,
                 restarts=self.budget.total,
                 kind=failure.kind.value,
                 who=failure.who,
@@ -110,7 +112,7 @@ class ReplicaOptions:
         preload: modules the forkserver imports once, so restarted workers
             fork with them loaded (``start_method="forkserver"`` only).
         env: extra environment for the workers.
-        stop_timeout_s: SIGTERM grace when stopping workers.
+        stop_timeout: SIGTERM grace when stopping workers (a number is seconds).
     """
 
     replica_id: str = "0"
@@ -119,7 +121,10 @@ class ReplicaOptions:
     run_dir: Optional[RunDir] = None
     preload: Sequence[str] = ()
     env: dict[str, str] = field(default_factory=dict)
-    stop_timeout_s: int = 5
+    stop_timeout: timedelta = timedelta(seconds=5)
+
+    def __post_init__(self) -> None:
+        coerce_durations(self)
 
 
 def _plain_torch_log_format() -> None:
@@ -209,7 +214,7 @@ def run_replica(config: Any, entrypoint: Union[Callable[..., Any], str], args: S
         probe=probe,
         replica_id=options.replica_id,
         run_dir=run_dir,
-        stop_timeout_s=options.stop_timeout_s,
+        stop_timeout=options.stop_timeout,
         log_line_prefix_template=config.log_line_prefix_template,
     )
     metrics.initialize_metrics(metrics.MetricsConfig(config.metrics_cfg))

@@ -39,8 +39,10 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Callable, Dict, Optional, TypeVar
 
+from torch_monarch._config import Duration, as_timedelta
 from torch_monarch._lifetime import die_with_parent
 from torch_monarch.supervision.failure import FailureKind
 from torch_monarch.supervision.rundir import RunDir, append_jsonl, read_json, write_json
@@ -378,21 +380,23 @@ def _control() -> dict[str, Any]:
     return _state.control
 
 
-def wait_for_start(timeout_s: float = 600.0, poll_s: float = 0.05) -> None:
+def wait_for_start(timeout: Duration = timedelta(minutes=10), poll_s: float = 0.05) -> None:
     """Holds a ready worker until the job says ``start`` (``control.json``).
 
     Only when the launcher asked for a start barrier (``MONARCH_START_BARRIER=1``,
     e.g. the demo, so that every replica starts from step 0 together);
     otherwise returns at once. Restarted workers find ``start`` already set.
+    ``timeout``: a timedelta or a number of seconds.
     """
     ctx = worker_context()
     if ctx.run_dir is None or os.environ.get("MONARCH_START_BARRIER") != "1":
         return
     report_progress(0, state="ready")
-    deadline = time.monotonic() + timeout_s
+    wait = as_timedelta(timeout, "wait_for_start(timeout)").total_seconds()
+    deadline = time.monotonic() + wait
     while not _control().get("start"):
         if time.monotonic() > deadline:
-            raise TimeoutError(f"no start signal in {ctx.run_dir.control_path} after {timeout_s:.0f}s")
+            raise TimeoutError(f"no start signal in {ctx.run_dir.control_path} after {wait:.0f}s")
         time.sleep(poll_s)
 
 
