@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "algorithms/links.h"
+#include "transport/links.h"
 #include "common/dtype.h"
 
 namespace monarch {

@@ -4,7 +4,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "algorithms/sub_links.h"
+#include "transport/sub_links.h"
 
 namespace monarch {
 

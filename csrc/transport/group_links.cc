@@ -6,7 +6,7 @@
 #include <cstring>
 #include <string>
 
-#include "algorithms/sub_links.h"
+#include "transport/sub_links.h"
 #include "common/op_failure.h"
 
 namespace monarch {

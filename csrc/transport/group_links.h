@@ -5,7 +5,7 @@
 #include <memory>
 #include <vector>
 
-#include "algorithms/links.h"
+#include "transport/links.h"
 #include "transport/channel.h"
 #include "transport/connection.h"
 #include "transport/shm/peer_segments.h"

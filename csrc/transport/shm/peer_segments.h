@@ -8,7 +8,7 @@
 #include <memory>
 #include <vector>
 
-#include "algorithms/links.h"
+#include "transport/links.h"
 #include "transport/shm/segment.h"
 
 namespace monarch {

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "algorithms/shared_regions.h"
+#include "transport/shared_regions.h"
 
 namespace monarch {
 

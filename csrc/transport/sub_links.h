@@ -2,7 +2,7 @@
 
 #include <vector>
 
-#include "algorithms/links.h"
+#include "transport/links.h"
 
 namespace monarch {
 
