@@ -20,7 +20,7 @@ TINY_CHUNK_BYTES = 512
 # memory), "shm" (every collective that can through shared memory, in rounds
 # of a few elements, so that every op crosses many of them), "tcp" (every
 # byte over TCP) and "rdma" (every rank poses as a host of its own, and every
-# payload of 4 KiB or more goes by RDMA read through libfabric's tcp provider
+# non-empty payload goes by RDMA read through libfabric's tcp provider
 # on loopback; skipped where libfabric cannot be loaded).
 TRANSPORTS = ["auto", "shm", "tcp", pytest.param("rdma", marks=requires_rdma)]
 
@@ -28,7 +28,7 @@ _TRANSPORT_ENVS = {
     "auto": {"MONARCH_TRANSPORT": "auto"},
     "shm": {"MONARCH_TRANSPORT": "auto", "MONARCH_SHM_MIN_BYTES": "0", "MONARCH_SHM_SEGMENT_BYTES": "4096"},
     "tcp": {"MONARCH_TRANSPORT": "tcp"},
-    "rdma": {**RDMA_ENV, "MONARCH_HOST_NAME": "host{rank}", "MONARCH_RDMA_MIN_BYTES": "4096"},
+    "rdma": {**RDMA_ENV, "MONARCH_HOST_NAME": "host{rank}", "MONARCH_RDMA_MIN_BYTES": "1"},
 }
 
 
