@@ -33,6 +33,7 @@ std::shared_ptr<RdmaEndpoint> RdmaEndpoint::open(const std::string& /*provider*/
 
 // Never called: no endpoint can be opened.
 RdmaEndpoint::~RdmaEndpoint() = default;
+RegistrationCache::~RegistrationCache() = default;
 bool RdmaEndpoint::addPeer(const std::string&, PeerAddress*, std::string* error) {
   *error = kWhy;
   return false;
