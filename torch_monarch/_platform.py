@@ -190,10 +190,12 @@ def libfabric_report() -> LibfabricReport:
     )
 
 
-def _rdma_use(setting: str, options: "Options", libfabric: LibfabricReport) -> str:
+def _rdma_use(setting: str, options: "Options", libfabric: LibfabricReport, devices: list[RdmaDevice]) -> str:
     """What the rdma transport does for a group with ``setting``."""
     if setting not in ("auto", "rdma"):
         return f"off (MONARCH_TRANSPORT={setting})"
+    if setting == "auto" and not options.rdma_provider and not devices:
+        return "off: no RDMA device (verbs and efa devices show in /sys/class/infiniband)"
     if not libfabric.library:
         return f"off: {libfabric.error}"
     wanted = (options.rdma_provider,) if options.rdma_provider else RDMA_HARDWARE_PROVIDERS
@@ -266,5 +268,5 @@ def transports(report: GpuReport, rdma: list[RdmaDevice], libfabric: LibfabricRe
         selected.extend(gpu_routes(report, options.gpu_transport))
     else:
         selected.append(("GPU", "none (the extension was built without GPU support)"))
-    selected.append(("rdma", f"{_rdma_use(setting, options, libfabric)} ({len(rdma)} RDMA device(s) found)"))
+    selected.append(("rdma", f"{_rdma_use(setting, options, libfabric, rdma)} ({len(rdma)} RDMA device(s) found)"))
     return selected

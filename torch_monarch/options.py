@@ -63,8 +63,9 @@ class Options:
             posted tensor; the TCP link keeps the handshake, control frames
             and heartbeats); creating the group raises
             ``RdmaUnavailableError`` when libfabric or a provider is missing.
-            "auto" takes RDMA between hosts too where its provider opens (see
-            ``rdma_provider``), never within one host.
+            "auto" takes RDMA between hosts too where the machine has an RDMA
+            device (/sys/class/infiniband) and its provider opens (or where
+            ``rdma_provider`` is set and opens), never within one host.
         bind_address: address peers use to reach this process; empty picks
             the address the host name resolves to, else loopback.
         small_message_bytes: messages up to this size use latency-optimal

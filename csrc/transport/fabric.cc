@@ -1,6 +1,7 @@
 #include "transport/fabric.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/eventfd.h>
@@ -66,6 +67,24 @@ std::string peerAddress(int fd) {
   char text[INET_ADDRSTRLEN];
   ::inet_ntop(AF_INET, &addr.sin_addr, text, sizeof(text));
   return std::string(text) + ":" + std::to_string(ntohs(addr.sin_port));
+}
+
+// Whether this machine has an RDMA device: verbs and efa devices both show
+// up here. Without one, "auto" does not load libfabric at all.
+bool rdmaDevicePresent() {
+  DIR* dir = ::opendir("/sys/class/infiniband");
+  if (dir == nullptr) {
+    return false;
+  }
+  bool found = false;
+  while (dirent* entry = ::readdir(dir)) {
+    if (entry->d_name[0] != '.') {
+      found = true;
+      break;
+    }
+  }
+  ::closedir(dir);
+  return found;
 }
 
 std::string storeKey(const GroupIdentity& group, const std::string& what) {
@@ -330,6 +349,9 @@ RdmaLink Fabric::rdmaForPeerLocked(uint64_t peerHostId) {
   }
   if (!rdmaTried_) {
     rdmaTried_ = true;
+    if (options_.rdma == FabricOptions::Rdma::kAuto && options_.rdmaProvider.empty() && !rdmaDevicePresent()) {
+      return {};
+    }
     try {
       rdma_ = rdma::RdmaEndpoint::open(options_.rdmaProvider);
     } catch (const rdma::RdmaUnavailable& e) {
