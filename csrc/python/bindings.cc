@@ -176,6 +176,7 @@ PYBIND11_MODULE(_C, module) {
       },
       "libfabric as the rdma transport sees it: library, version, error (why not loaded) and the providers "
       "offering reliable datagram endpoints as (provider, fabric, domain, rma).");
+  module.attr("RDMA_BUILT") = monarch::rdma::builtWithLibfabric();
   module.def(
       "rdma_resources",
       [] {

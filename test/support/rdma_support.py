@@ -15,6 +15,10 @@ def rdma_unavailable() -> str:
     """Why the rdma tests cannot run here; empty when they can. Loads nothing
     into torch_monarch: children import this module before their environment
     (say, MONARCH_LIBFABRIC_LIBRARY) is set."""
+    from torch_monarch import _C
+
+    if not _C.RDMA_BUILT:
+        return "this build has no rdma transport (libfabric's headers were missing)"
     try:
         ctypes.CDLL("libfabric.so.1")
     except OSError as e:

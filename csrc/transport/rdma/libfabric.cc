@@ -58,6 +58,10 @@ std::string describe(const char* what, int code) {
   return std::string(what) + ": " + text + " (" + std::to_string(code) + ")";
 }
 
+bool builtWithLibfabric() {
+  return true;
+}
+
 LibraryReport libraryReport() {
   const LibFabric& lib = libfabric();
   LibraryReport report;

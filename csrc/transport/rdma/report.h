@@ -26,4 +26,7 @@ struct LibraryReport {
 
 LibraryReport libraryReport();
 
+// Whether this build has the rdma transport (libfabric's headers were there).
+bool builtWithLibfabric();
+
 } // namespace monarch::rdma

@@ -21,6 +21,10 @@ struct RdmaEndpoint::Piece {};
 std::atomic<size_t> RdmaEndpoint::openEndpoints_{0};
 std::atomic<size_t> RegistrationCache::openRegions_{0};
 
+bool builtWithLibfabric() {
+  return false;
+}
+
 LibraryReport libraryReport() {
   LibraryReport report;
   report.error = kWhy;
