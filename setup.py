@@ -18,6 +18,7 @@ cpu), else from the installed torch and toolchains:
 
 from __future__ import annotations
 
+import functools
 import os
 import shlex
 import subprocess
@@ -68,9 +69,13 @@ def _has_libfabric_headers() -> bool:
     return any(d and (Path(d) / "rdma" / "fabric.h").is_file() for d in dirs)
 
 
-def rdma_sources() -> list[str]:
+@functools.lru_cache(maxsize=None)
+def rdma_sources() -> tuple[str, ...]:
     """The rdma transport's translation units for this machine's headers."""
-    return RDMA_SOURCES if _has_libfabric_headers() else [RDMA_UNAVAILABLE]
+    if _has_libfabric_headers():
+        return tuple(RDMA_SOURCES)
+    _note("no rdma/fabric.h: building without the rdma transport (apt-get install libfabric-dev for it)")
+    return (RDMA_UNAVAILABLE,)
 
 
 def _all_sources() -> list[str]:
