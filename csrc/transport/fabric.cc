@@ -99,7 +99,7 @@ Fabric::Fabric(FabricOptions options)
       address_(options_.bindAddress),
       stopEvent_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
   if (options_.rdma == FabricOptions::Rdma::kRequired) {
-    rdma_ = rdma::RdmaEndpoint::open(options_.rdmaProvider);
+    rdma_ = rdma::RdmaEndpoint::open(options_.rdmaProvider, options_.heartbeatTimeout);
     rdmaTried_ = true;
   }
   listener_ = listenOn(address_, &port_);
@@ -353,7 +353,7 @@ RdmaLink Fabric::rdmaForPeerLocked(uint64_t peerHostId) {
       return {};
     }
     try {
-      rdma_ = rdma::RdmaEndpoint::open(options_.rdmaProvider);
+      rdma_ = rdma::RdmaEndpoint::open(options_.rdmaProvider, options_.heartbeatTimeout);
     } catch (const rdma::RdmaUnavailable& e) {
       MONARCH_LOG(kDebug) << "no rdma between hosts, payloads go over TCP: " << e.what();
     }

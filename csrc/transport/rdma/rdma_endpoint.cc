@@ -49,6 +49,7 @@ struct RdmaEndpoint::Read {
   std::shared_ptr<void> owner; // keeps `dest` alive while the provider may write it
   const void* token;
   ReadDone done; // empty once called
+  std::chrono::steady_clock::time_point lastProgress = std::chrono::steady_clock::now();
   size_t posted = 0; // bytes of pieces handed to the provider
   size_t inFlight = 0; // pieces the provider holds
   size_t completed = 0; // bytes read
@@ -63,7 +64,7 @@ struct RdmaEndpoint::Piece {
 
 std::atomic<size_t> RdmaEndpoint::openEndpoints_{0};
 
-std::shared_ptr<RdmaEndpoint> RdmaEndpoint::open(const std::string& provider) {
+std::shared_ptr<RdmaEndpoint> RdmaEndpoint::open(const std::string& provider, std::chrono::milliseconds stallBound) {
   const LibFabric& lib = libfabric();
   if (!lib.loaded) {
     throw RdmaUnavailable(lib.error);
@@ -92,6 +93,7 @@ std::shared_ptr<RdmaEndpoint> RdmaEndpoint::open(const std::string& provider) {
       continue;
     }
     std::shared_ptr<RdmaEndpoint> endpoint(new RdmaEndpoint());
+    endpoint->stallBound_ = stallBound;
     endpoint->info_ = lib.dupinfo(found);
     lib.freeinfo(found);
     endpoint->openWith(endpoint->info_);
@@ -243,6 +245,7 @@ void RdmaEndpoint::onPiece(Piece* piece, const std::string& error) {
       return;
     }
     Read* read = piece->read;
+    read->lastProgress = std::chrono::steady_clock::now();
     if (error.empty()) {
       read->completed += piece->bytes;
     } else if (read->error.empty()) {
@@ -275,6 +278,24 @@ void RdmaEndpoint::finishLocked(Read* read, std::string error, std::vector<std::
   }
   if (read->inFlight == 0 && read->posted == read->bytes) {
     reads_.remove_if([read](const Read& r) { return &r == read; });
+  }
+}
+
+void RdmaEndpoint::failStalledReads(std::chrono::steady_clock::time_point now) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  for (auto& read : reads_) {
+    if (read.error.empty() && read.inFlight > 0 && now - read.lastProgress > stallBound_) {
+      // Fails once the provider hands every piece back (onPiece): only then
+      // may the payload come another way, with nothing left to write late.
+      read.error = "no completion for " + std::to_string(stallBound_.count()) + " ms";
+      read.posted = read.bytes;
+      queued_.erase(std::remove(queued_.begin(), queued_.end(), &read), queued_.end());
+      for (Piece* piece : pieces_) {
+        if (piece->read == &read) {
+          fi_cancel(&ep_->fid, &piece->context);
+        }
+      }
+    }
   }
 }
 
@@ -341,6 +362,7 @@ void RdmaEndpoint::progressLoop() {
     auto now = std::chrono::steady_clock::now();
     if (now - lastSweep >= kSweepInterval) {
       liveRegions = registrations_->sweep();
+      failStalledReads(now);
       lastSweep = now;
     }
     if (exposed_.exchange(false)) {

@@ -9,6 +9,7 @@
 // heartbeats, so a peer that dies or stops mid-read is named as on TCP alone.
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -49,8 +50,11 @@ constexpr const char* kDefaultProviders[] = {"verbs;ofi_rxm", "efa"};
 class RdmaEndpoint {
  public:
   // `provider` is an fi_info provider name ("tcp;ofi_rxm", "verbs;ofi_rxm",
-  // "efa"); empty tries kDefaultProviders. Throws RdmaUnavailable.
-  static std::shared_ptr<RdmaEndpoint> open(const std::string& provider);
+  // "efa"); empty tries kDefaultProviders. A read whose pieces see no
+  // completion for `stallBound` is cancelled, and fails (then goes over TCP
+  // if the link is fine) once the provider has handed its pieces back.
+  // Throws RdmaUnavailable.
+  static std::shared_ptr<RdmaEndpoint> open(const std::string& provider, std::chrono::milliseconds stallBound);
   ~RdmaEndpoint();
   RdmaEndpoint(const RdmaEndpoint&) = delete;
   RdmaEndpoint& operator=(const RdmaEndpoint&) = delete;
@@ -107,6 +111,8 @@ class RdmaEndpoint {
   // Calls a read's `done` at most once; frees it when the provider is done.
   void finishLocked(Read* read, std::string error, std::vector<std::function<void()>>* calls);
   void close();
+  // Cancels the reads that saw no completion within stallBound_.
+  void failStalledReads(std::chrono::steady_clock::time_point now);
 
   std::string provider_;
   std::string address_;
@@ -118,6 +124,7 @@ class RdmaEndpoint {
   fid_ep* ep_ = nullptr;
   std::unique_ptr<RegistrationCache> registrations_;
   size_t maxPiece_ = 0;
+  std::chrono::milliseconds stallBound_{0};
 
   std::mutex mutex_;
   std::condition_variable wake_;

@@ -31,7 +31,7 @@ LibraryReport libraryReport() {
   return report;
 }
 
-std::shared_ptr<RdmaEndpoint> RdmaEndpoint::open(const std::string& /*provider*/) {
+std::shared_ptr<RdmaEndpoint> RdmaEndpoint::open(const std::string& /*provider*/, std::chrono::milliseconds) {
   throw RdmaUnavailable(kWhy);
 }
 
