@@ -18,6 +18,7 @@ cpu), else from the installed torch and toolchains:
 
 from __future__ import annotations
 
+import functools
 import os
 import shlex
 import subprocess
@@ -57,10 +58,33 @@ def _note(message: str) -> None:
     print(f"torch_monarch build: {message}", file=sys.stderr)
 
 
+# The rdma transport compiles against libfabric's headers (the library itself
+# is dlopen'd at run time); without them its stand-in says so at run time.
+RDMA_SOURCES = ["transport/rdma/libfabric.cc", "transport/rdma/rdma_endpoint.cc", "transport/rdma/registration_cache.cc"]
+RDMA_UNAVAILABLE = "transport/rdma/unavailable.cc"
+
+
+def _has_libfabric_headers() -> bool:
+    dirs = [*os.environ.get("CPATH", "").split(":"), "/usr/include", "/usr/local/include"]
+    return any(d and (Path(d) / "rdma" / "fabric.h").is_file() for d in dirs)
+
+
+@functools.lru_cache(maxsize=None)
+def rdma_sources() -> tuple[str, ...]:
+    """The rdma transport's translation units for this machine's headers."""
+    if _has_libfabric_headers():
+        return tuple(RDMA_SOURCES)
+    _note("no rdma/fabric.h: building without the rdma transport (apt-get install libfabric-dev for it)")
+    return (RDMA_UNAVAILABLE,)
+
+
 def _all_sources() -> list[str]:
     """Every translation unit of _C under csrc/, relative to it."""
     sources = (p.relative_to(CSRC).as_posix() for p in CSRC.rglob("*.cc"))
-    return sorted(s for s in sources if s != FRAME_PROBE)
+    rdma = set(rdma_sources())
+    return sorted(
+        s for s in sources if s != FRAME_PROBE and (not s.startswith("transport/rdma/") or s in rdma)
+    )
 
 
 def host_sources() -> list[str]:
@@ -218,7 +242,7 @@ def frame_probe_extension() -> CppExtension:
         name="torch_monarch._frame_probe",
         # Absolute paths put its objects apart from _C's, which are compiled with
         # other flags from the same sources.
-        sources=[str(CSRC / s) for s in [FRAME_PROBE, *FRAME_PROBE_DEPENDS]],
+        sources=[str(CSRC / s) for s in [FRAME_PROBE, *FRAME_PROBE_DEPENDS, *rdma_sources()]],
         include_dirs=[str(CSRC)],
         extra_compile_args={"cxx": CXX_FLAGS},
     )

@@ -5,6 +5,12 @@ Usage:
     PYTHONPATH=. python benchmarks/collectives.py --quick --world-size 2
     PYTHONPATH=. python benchmarks/collectives.py --ops allreduce,all_gather --sizes 64K,16M
     PYTHONPATH=. python benchmarks/collectives.py --monarch-env MONARCH_CHUNK_BYTES=1048576
+    PYTHONPATH=. python benchmarks/collectives.py --quick --transport rdma
+
+``--transport rdma`` makes every rank pose as a host of its own, so that every
+payload of ``rdma_min_bytes`` or more goes by RDMA read, through
+``--rdma-provider`` (libfabric's tcp provider on loopback by default: the RDMA
+data path without RDMA hardware; "verbs;ofi_rxm" or "efa" on such hardware).
 
 ``--world-size`` processes are spawned on loopback (rendezvous through a
 FileStore in a temporary directory). Each builds a gloo default group for
@@ -475,8 +481,28 @@ def _build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VAL",
         help="environment for the ranks, e.g. MONARCH_CHUNK_BYTES=1048576 (repeatable)",
     )
+    parser.add_argument(
+        "--transport",
+        choices=["auto", "tcp", "rdma"],
+        default=None,
+        help="MONARCH_TRANSPORT for the monarch group; rdma: every rank a host of its own (default: as set)",
+    )
+    parser.add_argument(
+        "--rdma-provider", default="tcp;ofi_rxm", help="libfabric provider of --transport rdma (default %(default)s)"
+    )
     parser.add_argument("--timeout", type=float, default=None, help="bound on the whole run, seconds")
     return parser
+
+
+def _transport_env(transport: Optional[str], provider: str) -> dict[str, str]:
+    if transport is None:
+        return {}
+    if transport != "rdma":
+        return {"MONARCH_TRANSPORT": transport}
+    env = {"MONARCH_TRANSPORT": "rdma", "MONARCH_RDMA_PROVIDER": provider, "MONARCH_HOST_NAME": "host{rank}"}
+    if provider.startswith("tcp"):
+        env["FI_TCP_IFACE"] = "lo"  # the ranks run on loopback
+    return env
 
 
 def _config_from_args(args: argparse.Namespace) -> BenchConfig:
@@ -496,7 +522,7 @@ def _config_from_args(args: argparse.Namespace) -> BenchConfig:
         max_iters=args.max_iters,
         target_ms=args.target_ms or (25.0 if args.quick else 100.0),
         check_bytes=args.check_size,
-        monarch_env=dict(args.monarch_env),
+        monarch_env={**_transport_env(args.transport, args.rdma_provider), **dict(args.monarch_env)},
         peer=args.peer or "",
     )
 

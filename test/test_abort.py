@@ -13,6 +13,7 @@ import time
 from datetime import timedelta
 from typing import Any, Callable
 
+import pytest
 import torch
 import torch.distributed as dist
 
@@ -27,7 +28,9 @@ from faults import (
     teardown_leaks,
     wait_until,
 )
+from monarch_groups import transport_env
 from multiproc import WorkerContext, run_workers
+from rdma_support import requires_rdma
 
 logger = logging.getLogger(__name__)
 
@@ -125,15 +128,21 @@ def abort_hung_peer_worker(ctx: WorkerContext) -> dict[str, Any]:
     return {"abort_latency_s": latencies, "teardown_s": teardown_s, "problems": problems}
 
 
-def test_abort_from_another_thread_fails_pending_ops() -> None:
-    results = run_workers(abort_worker, 3, timeout=120)
+TRANSPORTS = ["auto", pytest.param("rdma", marks=requires_rdma)]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_abort_from_another_thread_fails_pending_ops(transport: str) -> None:
+    results = run_workers(abort_worker, 3, timeout=120, env=transport_env(transport))
     reports = assert_no_problems(results)
     logger.info("abort -> AbortedError: %s s", [f"{s:.4f}" for s in reports[0]["abort_latency_s"]])
 
 
-def test_abort_with_a_hung_peer() -> None:
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_abort_with_a_hung_peer(transport: str) -> None:
     # A heartbeat timeout far above the test: only abort() can end the op.
-    results = run_workers(abort_hung_peer_worker, 2, timeout=120, env={"MONARCH_HEARTBEAT_TIMEOUT": "60"})
+    env = {**transport_env(transport), "MONARCH_HEARTBEAT_TIMEOUT": "60"}
+    results = run_workers(abort_hung_peer_worker, 2, timeout=120, env=env)
     assert results[1].exit_code == -signal.SIGKILL, results[1]
     reports = assert_no_problems(results, skip={1})
     logger.info(

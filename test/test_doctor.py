@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from commands import REPO_ROOT, repo_env
+from rdma_support import RDMA_ENV, requires_rdma
 from torch_monarch import _platform, doctor
 
 
@@ -42,7 +43,9 @@ def test_doctor_json_matches_the_build() -> None:
         assert gpu["collectives_library"] == "not found"
         assert "without GPU support" in gpu["collectives_error"]
     names = [name for name, _ in facts["transports"]]
-    assert names[0] == "tcp" and "ibverbs" in names
+    assert names[0] == "tcp" and "rdma" in names
+    libfabric = facts["libfabric"]
+    assert libfabric["library"] or "libfabric" in libfabric["error"], libfabric
 
 
 def test_transport_setting_follows_the_environment() -> None:
@@ -75,3 +78,20 @@ def test_render_without_the_extension(monkeypatch: pytest.MonkeyPatch) -> None:
     facts = doctor.collect()
     facts["gpu"].update(extension_error="no module named torch_monarch._C", platform="unknown")
     assert "did not load: no module named torch_monarch._C" in doctor.render(facts)
+
+
+@requires_rdma
+def test_doctor_reports_the_rdma_transport() -> None:
+    env = {**RDMA_ENV, "MONARCH_RDMA_MIN_BYTES": "8192"}
+    text = _run_doctor(env=env)
+    assert "libfabric provider" in text and "tcp;ofi_rxm" in text, text
+    use = dict(json.loads(_run_doctor("--json", env=env))["transports"])["rdma"]
+    assert "by RDMA read through tcp;ofi_rxm" in use and "8192 bytes" in use, use
+
+
+def test_doctor_names_a_missing_libfabric() -> None:
+    env = {"MONARCH_TRANSPORT": "rdma", "MONARCH_LIBFABRIC_LIBRARY": "/nonexistent/libfabric.so.1"}
+    facts = json.loads(_run_doctor("--json", env=env))
+    assert not facts["libfabric"]["library"]
+    use = dict(facts["transports"])["rdma"]
+    assert use.startswith("off") and "apt-get install libfabric1" in use, use

@@ -36,7 +36,9 @@ import torch.distributed as dist
 
 from fault_workload import WrongResultError, op_sequence, run_mix, run_op, start_all_reduce_large
 from faults import Outcome, attempt, backend_of, read_stamp, settled_baseline, signal_self, teardown_leaks, wait_until
+from monarch_groups import transport_env
 from multiproc import RankResult, WorkerContext, run_workers
+from rdma_support import requires_rdma
 
 logger = logging.getLogger(__name__)
 
@@ -219,9 +221,9 @@ def judge(plan: KillPlan, results: list[RankResult]) -> list[dict[str, Any]]:
     return reports
 
 
-def _run_plan(seed: int) -> None:
+def _run_plan(seed: int, env: dict[str, str] | None = None) -> None:
     plan = make_plan(seed, WORLD_SIZE)
-    results = run_workers(kill_worker, plan.world_size, plan, timeout=120)
+    results = run_workers(kill_worker, plan.world_size, plan, timeout=120, env=env)
     reports = judge(plan, results)
     for report in reports:
         for seen in report["rounds"]:
@@ -235,6 +237,12 @@ def _run_plan(seed: int) -> None:
 @pytest.mark.parametrize("seed", CI_SEEDS)
 def test_sigkill_at_random_points(seed: int) -> None:
     _run_plan(seed)
+
+
+@requires_rdma
+def test_sigkill_over_rdma() -> None:
+    # Every rank a host of its own: the payloads of the mix go by RDMA read.
+    _run_plan(CI_SEEDS[0], env=transport_env("rdma"))
 
 
 @pytest.mark.skipif(not SOAK, reason="soak: set MONARCH_SOAK=1")

@@ -33,7 +33,9 @@ from faults import (
     teardown_leaks,
     wait_until,
 )
+from monarch_groups import transport_env
 from multiproc import WorkerContext, run_workers
+from rdma_support import requires_rdma
 
 logger = logging.getLogger(__name__)
 
@@ -105,11 +107,11 @@ def stop_worker(ctx: WorkerContext, mode: str) -> dict[str, Any]:
     return {"detect_s": detect_s, "message": failure.message[:200], "problems": problems}
 
 
+@pytest.mark.parametrize("transport", ["auto", pytest.param("rdma", marks=requires_rdma)])
 @pytest.mark.parametrize("mode", ["busy", "idle"])
-def test_sigstop_is_detected_by_heartbeat(mode: str) -> None:
-    results = run_workers(
-        stop_worker, WORLD_SIZE, mode, timeout=120, env={"MONARCH_HEARTBEAT_TIMEOUT": str(HEARTBEAT_S)}
-    )
+def test_sigstop_is_detected_by_heartbeat(mode: str, transport: str) -> None:
+    env = {**transport_env(transport), "MONARCH_HEARTBEAT_TIMEOUT": str(HEARTBEAT_S)}
+    results = run_workers(stop_worker, WORLD_SIZE, mode, timeout=120, env=env)
     victim = results[VICTIM]
     assert victim.exit_code == -signal.SIGKILL, f"victim: exit code {victim.exit_code}, {victim.problem}"
     for report in assert_no_problems(results, skip={VICTIM}):

@@ -26,6 +26,7 @@ import torch.distributed as dist
 import torch_monarch
 from faults import backend_of
 from multiproc import WorkerContext, run_workers, run_workers_ok
+from rdma_support import RDMA_ENV, requires_rdma
 from reference import Checker, assert_all_passed, rank_input, reference_reduce
 from shm_segments import assert_killed_and_named, kill_worker, mapped_segments, pid_of
 
@@ -61,7 +62,7 @@ def hosts_worker(ctx: WorkerContext, layout: str, transport: str, unmappable_hos
     sent = backend_of(group).payload_bytes_sent()
     same_host = [r for r in range(world) if r != ctx.rank and layout[r] == layout[ctx.rank]]
     other_hosts = [r for r in range(world) if layout[r] != layout[ctx.rank]]
-    if transport == "auto" and layout in ("aabb", "abab") and layout[ctx.rank] != unmappable_host:
+    if transport in ("auto", "rdma") and layout in ("aabb", "abab") and layout[ctx.rank] != unmappable_host:
         host_pids = sorted(int(ctx.store().get(f"pid{r}")) for r in [ctx.rank, *same_host])
         mapped = sorted(map(pid_of, group_segments))
         check.true(f"{layout}: maps the segments of this host's ranks", mapped == host_pids, str(group_segments))
@@ -83,6 +84,10 @@ def hosts_worker(ctx: WorkerContext, layout: str, transport: str, unmappable_hos
         )
     else:
         check.true(f"{layout}: flat, data to every rank", all(sent[r] >= DATA_BYTES for r in other_hosts), str(sent))
+    if transport == "rdma":
+        moved = backend_of(group).transport_bytes()
+        check.true(f"{layout}: the cross-host data read by rdma", moved["rdma_read"] >= DATA_BYTES, str(moved))
+        check.true(f"{layout}: none of it inline", moved["tcp_sent"] < DATA_BYTES // 8, str(moved))
     return check.report()
 
 
@@ -96,10 +101,13 @@ def hosts_worker(ctx: WorkerContext, layout: str, transport: str, unmappable_hos
         ("abab", "tcp", ""),
         # Host a falls back to its links; host b goes on through its segments.
         ("abab", "auto", "a"),
+        pytest.param("aabb", "rdma", "", marks=requires_rdma),
+        pytest.param("abab", "rdma", "", marks=requires_rdma),
     ],
 )
 def test_allreduce_across_hosts(layout: str, transport: str, unmappable_host: str) -> None:
-    reports = run_workers_ok(hosts_worker, 4, layout, transport, unmappable_host, env={"MONARCH_TRANSPORT": transport})
+    env = RDMA_ENV if transport == "rdma" else {"MONARCH_TRANSPORT": transport}
+    reports = run_workers_ok(hosts_worker, 4, layout, transport, unmappable_host, env=env)
     assert_all_passed(reports, min_checks=9)
 
 

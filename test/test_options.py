@@ -110,6 +110,8 @@ def test_every_field_crosses_the_binding_into_a_working_group() -> None:
         host_name="options-test",
         shm_min_bytes=1024,
         shm_segment_bytes=64 << 10,
+        rdma_provider="tcp;ofi_rxm",  # read by transport "rdma" and "auto" only
+        rdma_min_bytes=4096,
     )
     backend = new_backend(dist.HashStore(), 0, 1, "fields", timedelta(seconds=30), options)
     try:
@@ -118,6 +120,15 @@ def test_every_field_crosses_the_binding_into_a_working_group() -> None:
         assert torch.equal(tensor, torch.arange(4096, dtype=torch.float32))
     finally:
         backend.shutdown()
+
+
+def test_transport_and_rdma_fields_are_checked() -> None:
+    for transport in ("auto", "tcp", "rdma"):
+        Options(transport=transport).validate()
+    with pytest.raises(ValueError, match=r"Options.transport must be one of \('auto', 'tcp', 'rdma'\), got 'ib'"):
+        Options(transport="ib").validate()
+    with pytest.raises(ValueError, match="Options.rdma_min_bytes must be >= 0, got -1"):
+        Options(rdma_min_bytes=-1).validate()
 
 
 # The op timeout a rank 0 sees when rank 1 skips its op, far below the 60 s

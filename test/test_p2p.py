@@ -6,13 +6,18 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
 import torch
 import torch.distributed as dist
 
+from monarch_groups import transport_env
 from multiproc import WorkerContext, run_workers_ok
+from rdma_support import requires_rdma
 from reference import ALL_DTYPES, Checker, assert_all_passed, large_numel, rank_input
 
 TIMEOUT = timedelta(seconds=60)
+# "rdma": every rank a host of its own, payloads by RDMA read (monarch_groups.py).
+TRANSPORTS = ["auto", pytest.param("rdma", marks=requires_rdma)]
 
 
 def tagged_worker(ctx: WorkerContext) -> tuple[int, list[str]]:
@@ -55,8 +60,9 @@ def tagged_worker(ctx: WorkerContext) -> tuple[int, list[str]]:
     return check.report()
 
 
-def test_tagged_send_recv() -> None:
-    assert_all_passed(run_workers_ok(tagged_worker, 3), min_checks=90)
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_tagged_send_recv(transport: str) -> None:
+    assert_all_passed(run_workers_ok(tagged_worker, 3, env=transport_env(transport)), min_checks=90)
 
 
 def any_source_worker(ctx: WorkerContext) -> tuple[int, list[str]]:
@@ -100,5 +106,6 @@ def any_source_worker(ctx: WorkerContext) -> tuple[int, list[str]]:
     return check.report()
 
 
-def test_recv_from_any_source() -> None:
-    assert_all_passed(run_workers_ok(any_source_worker, 4), min_checks=1)
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_recv_from_any_source(transport: str) -> None:
+    assert_all_passed(run_workers_ok(any_source_worker, 4, env=transport_env(transport)), min_checks=1)

@@ -18,6 +18,7 @@ from torch_monarch.errors import (
     MonarchError,
     PeerFailureError,
     ProtocolError,
+    RdmaUnavailableError,
 )
 from torch_monarch.groups import backend_of, group_error
 from torch_monarch.options import Options
@@ -31,6 +32,7 @@ __all__ = [
     "Options",
     "PeerFailureError",
     "ProtocolError",
+    "RdmaUnavailableError",
     "backend_of",
     "group_error",
     "register",

@@ -10,9 +10,24 @@ import ctypes
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
-__all__ = ["GpuReport", "RdmaDevice", "gpu_report", "gpu_routes", "rdma_devices", "transports"]
+if TYPE_CHECKING:
+    from torch_monarch.options import Options
+
+__all__ = [
+    "GpuReport",
+    "LibfabricReport",
+    "RdmaDevice",
+    "gpu_report",
+    "gpu_routes",
+    "libfabric_report",
+    "rdma_devices",
+    "transports",
+]
+
+# Providers "auto" takes between hosts, in order: RDMA hardware only.
+RDMA_HARDWARE_PROVIDERS = ("verbs;ofi_rxm", "efa")
 
 SYS_INFINIBAND = Path("/sys/class/infiniband")
 
@@ -145,6 +160,57 @@ def rdma_devices(root: Path = SYS_INFINIBAND) -> tuple[list[RdmaDevice], str]:
     return devices, status
 
 
+@dataclass
+class LibfabricReport:
+    """libfabric as the rdma transport loads it (csrc/transport/rdma/libfabric.cc)."""
+
+    library: str = ""
+    version: str = ""
+    error: str = ""
+    # (provider, fabric, domain, rma) for every reliable-datagram endpoint offered
+    providers: list[tuple[str, str, str, bool]] = field(default_factory=list)
+
+    def domains(self, provider: str) -> list[str]:
+        """The domains (devices, for verbs and efa) ``provider`` offers with RMA."""
+        return sorted({domain for name, _, domain, rma in self.providers if name == provider and rma})
+
+
+def libfabric_report() -> LibfabricReport:
+    """Asks the extension; when it cannot be imported, says why."""
+    try:
+        from torch_monarch import _C
+    except ImportError as e:
+        return LibfabricReport(error=f"the extension did not load: {e}")
+    facts = _C.rdma_report()
+    return LibfabricReport(
+        library=facts["library"],
+        version=facts["version"],
+        error=facts["error"],
+        providers=[tuple(entry) for entry in facts["providers"]],
+    )
+
+
+def _rdma_use(setting: str, options: "Options", libfabric: LibfabricReport, devices: list[RdmaDevice]) -> str:
+    """What the rdma transport does for a group with ``setting``."""
+    if setting not in ("auto", "rdma"):
+        return f"off (MONARCH_TRANSPORT={setting})"
+    if setting == "auto" and not options.rdma_provider and not devices:
+        return "off: no RDMA device (verbs and efa devices show in /sys/class/infiniband)"
+    if not libfabric.library:
+        return f"off: {libfabric.error}"
+    wanted = (options.rdma_provider,) if options.rdma_provider else RDMA_HARDWARE_PROVIDERS
+    chosen = next((name for name in wanted if libfabric.domains(name)), None)
+    if chosen is None:
+        missing = ", ".join(wanted)
+        if setting == "rdma":
+            return f"unavailable: no {missing} provider with RMA; creating a group raises RdmaUnavailableError"
+        return f"off: no {missing} provider here (Options.rdma_provider names another)"
+    return (
+        f"payloads of {options.rdma_min_bytes} bytes or more to peers on other hosts by RDMA read through "
+        f"{chosen} ({', '.join(libfabric.domains(chosen))}); never within a host"
+    )
+
+
 def _shm_free() -> str:
     try:
         stats = os.statvfs("/dev/shm")
@@ -168,7 +234,7 @@ def gpu_routes(report: GpuReport, gpu_transport: str) -> list[tuple[str, str]]:
     return rows
 
 
-def transports(report: GpuReport, rdma: list[RdmaDevice]) -> list[tuple[str, str]]:
+def transports(report: GpuReport, rdma: list[RdmaDevice], libfabric: LibfabricReport) -> list[tuple[str, str]]:
     """(transport, when it is used) for a group created with the current environment."""
     from torch_monarch.options import Options
 
@@ -178,7 +244,7 @@ def transports(report: GpuReport, rdma: list[RdmaDevice]) -> list[tuple[str, str
     except ValueError as e:
         options, setting = Options(), f"invalid ({e})"
     selected = [("tcp", "every peer: handshake, control frames, heartbeats, payloads")]
-    if setting == "auto":
+    if setting in ("auto", "rdma"):
         selected.append(
             (
                 "shared memory",
@@ -202,5 +268,5 @@ def transports(report: GpuReport, rdma: list[RdmaDevice]) -> list[tuple[str, str
         selected.extend(gpu_routes(report, options.gpu_transport))
     else:
         selected.append(("GPU", "none (the extension was built without GPU support)"))
-    selected.append(("ibverbs", f"not implemented yet ({len(rdma)} RDMA device(s) found)"))
+    selected.append(("rdma", f"{_rdma_use(setting, options, libfabric, rdma)} ({len(rdma)} RDMA device(s) found)"))
     return selected

@@ -14,7 +14,15 @@ import json
 import sys
 from typing import Any, Optional, Sequence
 
-from torch_monarch._platform import GpuReport, RdmaDevice, gpu_report, rdma_devices, transports
+from torch_monarch._platform import (
+    GpuReport,
+    LibfabricReport,
+    RdmaDevice,
+    gpu_report,
+    libfabric_report,
+    rdma_devices,
+    transports,
+)
 
 __all__ = ["collect", "main", "render"]
 
@@ -45,6 +53,7 @@ def collect() -> dict[str, Any]:
 
     report = gpu_report()
     rdma, ibverbs = rdma_devices()
+    libfabric = libfabric_report()
     return {
         "torch": torch.__version__,
         "torch_cuda": torch.version.cuda,
@@ -53,7 +62,8 @@ def collect() -> dict[str, Any]:
         "torch_gpus": _torch_gpus(),
         "rdma_devices": [dataclasses.asdict(device) for device in rdma],
         "ibverbs": ibverbs,
-        "transports": transports(report, rdma),
+        "libfabric": dataclasses.asdict(libfabric),
+        "transports": transports(report, rdma, libfabric),
     }
 
 
@@ -93,6 +103,16 @@ def render(facts: dict[str, Any]) -> str:
     else:
         rows.append(("RDMA devices", "none (/sys/class/infiniband is empty or absent)"))
     rows.append(("libibverbs", facts["ibverbs"]))
+    libfabric = LibfabricReport(**facts["libfabric"])
+    if libfabric.library:
+        rows.append(("libfabric", f"{libfabric.version} ({libfabric.library})"))
+        names = sorted({name for name, _, _, rma in libfabric.providers if rma})
+        for name in names:
+            rows.append(("libfabric provider", f"{name}: {', '.join(libfabric.domains(name))}"))
+        if not names:
+            rows.append(("libfabric providers", libfabric.error or "none with RMA"))
+    else:
+        rows.append(("libfabric", f"not loaded: {libfabric.error}"))
     for name, use in facts["transports"]:
         rows.append((f"transport {name}", use))
     width = max(len(key) for key, _ in rows)

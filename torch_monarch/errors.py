@@ -20,6 +20,7 @@ __all__ = [
     "AbortedError",
     "CollectiveMismatchError",
     "ProtocolError",
+    "RdmaUnavailableError",
     "error_from_info",
 ]
 
@@ -54,6 +55,12 @@ class CollectiveMismatchError(MonarchError):
 
 class ProtocolError(MonarchError):
     """Corrupt or unexpected bytes on a link."""
+
+
+class RdmaUnavailableError(RuntimeError):
+    """``transport="rdma"`` cannot be had here: libfabric is missing (the message says what to
+    install) or no provider offers what the transport needs. Raised when the group is created,
+    before anything is sent; not a peer's failure, so not a ``MonarchError``."""
 
 
 def error_from_info(info: Optional[tuple[str, Sequence[int], str]]) -> Optional[MonarchError]:

@@ -38,6 +38,7 @@ __all__ = ["Options"]
 _MIN_SHM_SEGMENT_BYTES = 4096
 
 GPU_TRANSPORTS = ("auto", "nccl", "host")
+TRANSPORTS = ("auto", "tcp", "rdma")
 
 
 @dataclass
@@ -56,7 +57,14 @@ class Options(Config):
             host through segments in /dev/shm (see ``shm_min_bytes``), other
             transfers by a single-copy remote read (process_vm_readv); the
             rest goes over TCP. "tcp" sends every byte over TCP (no shared
-            memory of either kind).
+            memory of either kind). "rdma" is "auto" with large payloads
+            to peers on other hosts read by RDMA (libfabric's fi_read into the
+            posted tensor; the TCP link keeps the handshake, control frames
+            and heartbeats); creating the group raises
+            ``RdmaUnavailableError`` when libfabric or a provider is missing.
+            "auto" takes RDMA between hosts too where the machine has an RDMA
+            device (/sys/class/infiniband) and its provider opens (or where
+            ``rdma_provider`` is set and opens), never within one host.
         bind_address: address peers use to reach this process; empty picks
             the address the host name resolves to, else loopback.
         small_message_bytes: messages up to this size use latency-optimal
@@ -98,6 +106,12 @@ class Options(Config):
             unless two ranks of the group share a GPU (which NCCL refuses)
             or some rank cannot load NCCL; the ranks tell each other their
             GPU's UUID at the group's first op on CUDA tensors.
+        rdma_provider: the libfabric provider of the RDMA transport, as
+            ``fi_info -p`` names it ("verbs;ofi_rxm", "efa", "tcp;ofi_rxm"
+            for a software one on any network). Empty: verbs, else efa.
+        rdma_min_bytes: payloads to peers on other hosts of at least this
+            many bytes go by RDMA read; smaller ones inline on TCP, where one
+            send beats a registration, a descriptor and an acknowledgement.
     """
 
     timeout: Optional[timedelta] = None
@@ -112,6 +126,8 @@ class Options(Config):
     shm_min_bytes: int = 256 * 1024
     shm_segment_bytes: int = 8 * 1024 * 1024
     gpu_transport: str = "auto"
+    rdma_provider: str = ""
+    rdma_min_bytes: int = 256 * 1024
 
     def with_env_overrides(self) -> "Options":
         """Returns a validated copy with ``MONARCH_*`` environment variables applied."""
@@ -124,8 +140,8 @@ class Options(Config):
             raise ValueError(f"Options.timeout must be positive, got {self.timeout}")
         if self.heartbeat_timeout.total_seconds() <= 0:
             raise ValueError(f"Options.heartbeat_timeout must be positive, got {self.heartbeat_timeout}")
-        if self.transport not in ("auto", "tcp"):
-            raise ValueError(f"Options.transport must be 'auto' or 'tcp', got {self.transport!r}")
+        if self.transport not in TRANSPORTS:
+            raise ValueError(f"Options.transport must be one of {TRANSPORTS}, got {self.transport!r}")
         if self.gpu_transport not in GPU_TRANSPORTS:
             raise ValueError(f"Options.gpu_transport must be one of {GPU_TRANSPORTS}, got {self.gpu_transport!r}")
         if self.small_message_bytes < 0:
@@ -140,6 +156,8 @@ class Options(Config):
             raise ValueError(
                 f"Options.shm_segment_bytes must be at least {_MIN_SHM_SEGMENT_BYTES}, got {self.shm_segment_bytes}"
             )
+        if self.rdma_min_bytes < 0:
+            raise ValueError(f"Options.rdma_min_bytes must be >= 0, got {self.rdma_min_bytes}")
         if self.direct_max_ranks < 0:
             raise ValueError(f"Options.direct_max_ranks must be >= 0, got {self.direct_max_ranks}")
 

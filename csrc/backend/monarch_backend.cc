@@ -26,6 +26,9 @@ c10::intrusive_ptr<MonarchBackend> MonarchBackend::join(
   fabricOptions.heartbeatTimeout = options.heartbeatTimeout;
   fabricOptions.allowRemoteRead = options.sharesHostMemory();
   fabricOptions.hostId = options.hostName.empty() ? localHostId() : fnv1a64(options.hostName.data(), options.hostName.size());
+  fabricOptions.rdma = options.rdmaMode();
+  fabricOptions.rdmaProvider = options.rdmaProvider;
+  fabricOptions.rdmaMinBytes = options.rdmaMinBytes;
   Membership membership;
   membership.rank = rank;
   membership.channelId = fnv1a64(groupName.data(), groupName.size());
@@ -35,6 +38,8 @@ c10::intrusive_ptr<MonarchBackend> MonarchBackend::join(
     StoreAdapter adapter(store, deadline);
     GroupIdentity identity{membership.channelId, 0, rank, size};
     membership.connections = membership.fabric->connectGroup(adapter, identity, deadline);
+  } catch (const rdma::RdmaUnavailable&) {
+    throw; // not a peer's fault: Python gets RdmaUnavailableError, naming what is missing
   } catch (const std::exception& e) { // transport errors, and the store's (c10::DistStoreError)
     throw MonarchError(
         ErrorKind::kPeerFailure, {},

@@ -95,6 +95,15 @@ class MonarchBackend : public c10d::Backend {
   std::vector<uint64_t> payloadBytesSent() const {
     return links_->payloadBytesSent();
   }
+  // Payload bytes the group's links moved, by path, summed over its peers
+  // (the links are shared with related groups: counts include theirs).
+  std::map<std::string, uint64_t> transportBytes() const {
+    return links_->transportBytes();
+  }
+  // The libfabric provider of this endpoint's RDMA reads; empty when none.
+  std::string rdmaProvider() const {
+    return fabric_->rdmaProvider();
+  }
 
  private:
   // One collective: what it is, and the code that runs it on the worker.

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "algorithms/collectives.h"
+#include "transport/fabric.h"
 
 namespace monarch {
 
@@ -15,8 +16,10 @@ namespace monarch {
 struct BackendOptions {
   std::chrono::milliseconds timeout{std::chrono::minutes(30)};
   std::chrono::milliseconds heartbeatTimeout{std::chrono::seconds(3)};
-  // "auto" or "tcp"; see sharesHostMemory().
+  // "auto", "tcp" or "rdma"; see sharesHostMemory() and rdmaMode().
   std::string transport = "auto";
+  std::string rdmaProvider; // libfabric provider of the rdma transport; empty: verbs or efa
+  size_t rdmaMinBytes = 256 * 1024;
   std::string bindAddress; // empty: pick one (see defaultBindAddress)
   std::string hostName; // empty: this machine (localHostId)
   // Shared-memory segment of each rank that shares its host with others of
@@ -29,6 +32,13 @@ struct BackendOptions {
   // shared-memory segments and single-copy remote reads); "tcp" turns both off.
   bool sharesHostMemory() const {
     return transport != "tcp";
+  }
+  // Whether payloads to other hosts go by RDMA read: "rdma" insists, "auto"
+  // takes it where a verbs or efa provider opens.
+  FabricOptions::Rdma rdmaMode() const {
+    return transport == "rdma" ? FabricOptions::Rdma::kRequired
+        : transport == "auto"  ? FabricOptions::Rdma::kAuto
+                               : FabricOptions::Rdma::kOff;
   }
 
   // Calls visit(name, member) for every torch_monarch.Options field.
@@ -46,6 +56,8 @@ struct BackendOptions {
     visit("shm_min_bytes", algorithms.shmMinBytes);
     visit("shm_segment_bytes", shmSegmentBytes);
     visit("gpu_transport", gpuTransport);
+    visit("rdma_provider", rdmaProvider);
+    visit("rdma_min_bytes", rdmaMinBytes);
   }
 };
 

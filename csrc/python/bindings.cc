@@ -13,6 +13,8 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include "backend/monarch_backend.h"
+#include "transport/rdma/rdma_endpoint.h"
+#include "transport/rdma/report.h"
 #include "contract/errors.h"
 #include "gpu/device_backend.h"
 #include "contract/gpu_route.h"
@@ -95,6 +97,9 @@ PYBIND11_MODULE(_C, module) {
       std::rethrow_exception(error);
     } catch (const monarch::MonarchError& e) {
       monarch::raiseTyped(e);
+    } catch (const monarch::rdma::RdmaUnavailable& e) {
+      py::object type = py::module_::import("torch_monarch.errors").attr("RdmaUnavailableError");
+      PyErr_SetString(type.ptr(), e.what());
     }
   });
 
@@ -137,7 +142,14 @@ PYBIND11_MODULE(_C, module) {
       .def("connection_count", &MonarchBackend::connectionCount)
       .def(
           "payload_bytes_sent", &MonarchBackend::payloadBytesSent,
-          "Payload bytes this rank has sent to each rank of the group since it was created.");
+          "Payload bytes this rank has sent to each rank of the group since it was created.")
+      .def(
+          "transport_bytes", &MonarchBackend::transportBytes,
+          "Payload bytes the group's links moved, by path: tcp_sent (inline on TCP), remote_read (same-host "
+          "process_vm_readv), rdma_read (fi_read from peers), rdma_fallbacks (rdma attempts that went over TCP).")
+      .def(
+          "rdma_provider", &MonarchBackend::rdmaProvider,
+          "The libfabric provider of the RDMA reads to peers on other hosts; '' when payloads go over TCP.");
 
   module.def(
       "create_backend", &monarch::createBackend, py::arg("store"), py::arg("rank"), py::arg("size"),
@@ -147,6 +159,32 @@ PYBIND11_MODULE(_C, module) {
       "backend_option_names", &monarch::backendOptionNames,
       "The torch_monarch.Options fields the backend reads, in BackendOptions::forEachField order.");
   module.attr("ERROR_CLASSES") = monarch::errorClasses();
+  module.def(
+      "rdma_report",
+      [] {
+        monarch::rdma::LibraryReport found = monarch::rdma::libraryReport();
+        py::dict report;
+        report["library"] = found.library;
+        report["version"] = found.version;
+        report["error"] = found.error;
+        py::list providers;
+        for (const auto& entry : found.providers) {
+          providers.append(py::make_tuple(entry.provider, entry.fabric, entry.domain, entry.rma));
+        }
+        report["providers"] = providers;
+        return report;
+      },
+      "libfabric as the rdma transport sees it: library, version, error (why not loaded) and the providers "
+      "offering reliable datagram endpoints as (provider, fabric, domain, rma).");
+  module.attr("RDMA_BUILT") = monarch::rdma::builtWithLibfabric();
+  module.def(
+      "rdma_resources",
+      [] {
+        return std::map<std::string, size_t>{
+            {"endpoints", monarch::rdma::RdmaEndpoint::openEndpoints()},
+            {"registrations", monarch::rdma::RegistrationCache::openRegions()}};
+      },
+      "libfabric endpoints and memory registrations open in this process (leak checks).");
   module.def(
       "gpu_report", &monarch::gpu::gpuReport,
       "(key, value) pairs about the GPU layer: the platform the extension was built for, the collectives library "

@@ -57,17 +57,15 @@ Channel::Key Channel::keyOf(Connection* from, const Transfer& transfer) {
 
 void Channel::fulfil(const TransferPtr& transfer, Connection* from, Unexpected& message) {
   int rank = rankOf(from);
-  Status status;
-  if (message.header.flags & kFrameRemoteRead) {
-    RemoteRegion region;
-    std::memcpy(&region, message.payload.get(), sizeof(region));
-    status = from->completeRemoteRead(message.header, region, *transfer, rank);
-  } else {
-    status = checkFrameMatches(
-        message.header, message.header.payloadBytes, transfer->signature, transfer->bytes, rank, transfer->seq);
-    if (status.ok() && transfer->bytes > 0) {
-      std::memcpy(transfer->data, message.payload.get(), transfer->bytes);
-    }
+  if (message.header.flags & (kFrameRemoteRead | kFrameRdmaRead)) {
+    // Completes `transfer` itself (an RDMA read does so when it finishes).
+    from->readRemotePayload(message.header, message.payload.get(), transfer, rank, *this);
+    return;
+  }
+  Status status = checkFrameMatches(
+      message.header, message.header.payloadBytes, transfer->signature, transfer->bytes, rank, transfer->seq);
+  if (status.ok() && transfer->bytes > 0) {
+    std::memcpy(transfer->data, message.payload.get(), transfer->bytes);
   }
   if (status.kind == ErrorKind::kMismatch) {
     fail(status, /*tellPeers=*/true);

@@ -17,17 +17,22 @@ namespace monarch {
 namespace {
 
 constexpr size_t kDiscardChunk = 64 * 1024;
+// Data frames whose payload is a region to read rather than the data.
+constexpr uint8_t kReadFlags = kFrameRemoteRead | kFrameRdmaRead;
 
 } // namespace
 
 Connection::Connection(
-    Socket socket, PeerIdentity peer, ChannelRegistry* channels, EventLoop* loop, size_t remoteReadMinBytes)
+    Socket socket, PeerIdentity peer, ChannelRegistry* channels, EventLoop* loop, RdmaLink rdma,
+    size_t remoteReadMinBytes)
     : socket_(std::move(socket)),
       peer_(std::move(peer)),
       channels_(channels),
       loop_(loop),
       lastReceived_(Clock::now().time_since_epoch().count()),
       lastSent_(Clock::now().time_since_epoch().count()),
+      rdma_(std::move(rdma.endpoint)),
+      rdmaMinBytes_(std::max<size_t>(rdma.minBytes, 1)), // an empty payload has nothing to read
       remoteReadMinBytes_(remoteReadMinBytes) {
   setNonBlocking(socket_.fd(), true);
 }
@@ -56,18 +61,46 @@ void Connection::start() {
   }
   lastReceived_ = Clock::now().time_since_epoch().count();
   loop_->add(socket_.fd(), EPOLLIN, [self = this](uint32_t events) { self->onEvents(events); });
+  if (rdma_) {
+    // The peer answers kRdmaReady once it can read what we expose.
+    const std::string& address = rdma_->address();
+    sendControl(makeControlHeader(FrameKind::kRdmaAddress, 0, 0, address.size()), address);
+  }
 }
 
 void Connection::postSend(const FrameHeader& header, const TransferPtr& transfer) {
-  if (!peer_.remoteReadable || transfer->bytes < remoteReadMinBytes_) {
-    enqueue(Outgoing{header, static_cast<const char*>(transfer->data), transfer->bytes, transfer, {}});
+  const bool byRead = peer_.remoteReadable ? transfer->bytes >= remoteReadMinBytes_
+                                            : rdmaPeerReads_ && transfer->bytes >= rdmaMinBytes_;
+  if (byRead && !failed_ && announceForRead(header, transfer)) {
     return;
   }
+  counters_.tcpSent += transfer->bytes;
+  enqueue(Outgoing{header, static_cast<const char*>(transfer->data), transfer->bytes, transfer, {}});
+}
+
+bool Connection::announceForRead(const FrameHeader& header, const TransferPtr& transfer) {
   FrameHeader announce = header;
-  announce.flags |= kFrameRemoteRead;
-  announce.payloadBytes = sizeof(RemoteRegion);
+  std::string descriptor;
+  if (peer_.remoteReadable) {
+    RemoteRegion region{reinterpret_cast<uint64_t>(transfer->data), transfer->bytes};
+    announce.flags |= kFrameRemoteRead;
+    descriptor.assign(reinterpret_cast<const char*>(&region), sizeof(region));
+  } else {
+    rdma::Registration registration;
+    std::string error;
+    std::shared_ptr<void> owner = transfer->keepalive ? transfer->keepalive : std::shared_ptr<void>(transfer);
+    if (!rdma_->expose(transfer->data, transfer->bytes, owner, &registration, &error)) {
+      // Nothing announced yet: sending it inline is safe.
+      MONARCH_LOG(kWarn) << "rdma: " << error << "; sending to " << peer_.address << " over TCP";
+      ++counters_.rdmaFallbacks;
+      return false;
+    }
+    RdmaRegion region{registration.remoteAddress, transfer->bytes, registration.key};
+    announce.flags |= kFrameRdmaRead;
+    descriptor.assign(reinterpret_cast<const char*>(&region), sizeof(region));
+  }
+  announce.payloadBytes = descriptor.size();
   announce.checksum = headerChecksum(announce);
-  RemoteRegion region{reinterpret_cast<uint64_t>(transfer->data), transfer->bytes};
   {
     std::lock_guard<std::mutex> guard(sendMutex_);
     if (!failed_) {
@@ -75,14 +108,15 @@ void Connection::postSend(const FrameHeader& header, const TransferPtr& transfer
       awaitingRead_[readKeyOf(announce)].push_back(transfer);
     }
   }
-  enqueue(Outgoing{
-      announce, nullptr, sizeof(region), nullptr, std::string(reinterpret_cast<const char*>(&region), sizeof(region))});
+  const size_t size = descriptor.size();
+  enqueue(Outgoing{announce, nullptr, size, nullptr, std::move(descriptor)});
   if (failed_) {
     transfer->complete(
         Status::error(ErrorKind::kPeerFailure, {transfer->peerRank},
                       "link to rank " + std::to_string(transfer->peerRank) + " is down"),
         -1);
   }
+  return true;
 }
 
 Connection::ReadKey Connection::readKeyOf(const FrameHeader& header) {
@@ -104,7 +138,41 @@ void Connection::onReadDone(const FrameHeader& header) {
       awaitingRead_.erase(it);
     }
   }
+  if (header.flags & kFrameResendInline) {
+    // The peer could not read it: the payload follows on the link, and the
+    // send completes once it is written.
+    FrameHeader data = makeDataHeader(
+        header.channel, transfer->seq, transfer->step, transfer->signature, transfer->bytes, transfer->pointToPoint);
+    counters_.tcpSent += transfer->bytes;
+    enqueue(Outgoing{data, static_cast<const char*>(transfer->data), transfer->bytes, transfer, {}});
+    return;
+  }
   transfer->complete({}, transfer->peerRank);
+}
+
+void Connection::sendReadDone(const FrameHeader& header, bool resendInline) {
+  FrameHeader done = makeControlHeader(FrameKind::kReadDone, header.channel, header.seq, 0);
+  done.flags = (header.flags & kFramePointToPoint) | (resendInline ? kFrameResendInline : 0);
+  done.step = header.step;
+  done.checksum = headerChecksum(done);
+  sendControl(done, {});
+}
+
+void Connection::readRemotePayload(
+    const FrameHeader& header, const char* descriptor, const TransferPtr& target, int rank, Channel& channel) {
+  if (header.flags & kFrameRdmaRead) {
+    RdmaRegion region;
+    std::memcpy(&region, descriptor, sizeof(region));
+    readByRdma(header, region, target, rank, channel);
+    return;
+  }
+  RemoteRegion region;
+  std::memcpy(&region, descriptor, sizeof(region));
+  Status status = completeRemoteRead(header, region, *target, rank);
+  if (status.kind == ErrorKind::kMismatch) {
+    channel.fail(status, /*tellPeers=*/true);
+  }
+  target->complete(std::move(status), rank);
 }
 
 Status Connection::completeRemoteRead(
@@ -114,13 +182,74 @@ Status Connection::completeRemoteRead(
   if (status.ok() && !readRemote(static_cast<pid_t>(peer_.pid), region, target.data, &error)) {
     status = Status::error(ErrorKind::kPeerFailure, {rank}, "reading from rank " + std::to_string(rank) + " failed: " + error);
   }
+  if (status.ok()) {
+    counters_.remoteRead += region.bytes;
+  }
   // Acknowledged whatever happened: the sender's buffer is no longer needed.
-  FrameHeader done = makeControlHeader(FrameKind::kReadDone, header.channel, header.seq, 0);
-  done.flags = header.flags & kFramePointToPoint;
-  done.step = header.step;
-  done.checksum = headerChecksum(done);
-  sendControl(done, {});
+  sendReadDone(header, false);
   return status;
+}
+
+void Connection::readByRdma(
+    const FrameHeader& header, const RdmaRegion& region, const TransferPtr& target, int rank, Channel& channel) {
+  Status status = checkFrameMatches(header, region.bytes, target->signature, target->bytes, rank, target->seq);
+  if (status.ok() && (!rdma_ || rdmaPeer_.load() == rdma::kNoPeer)) {
+    status = Status::error(
+        ErrorKind::kProtocol, {rank},
+        "rank " + std::to_string(rank) + " announced an rdma read before this link exchanged rdma addresses");
+  }
+  if (!status.ok()) {
+    sendReadDone(header, false);
+    if (status.kind == ErrorKind::kMismatch) {
+      channel.fail(status, /*tellPeers=*/true);
+    }
+    target->complete(std::move(status), rank);
+    return;
+  }
+  std::shared_ptr<void> owner = target->keepalive ? target->keepalive : std::shared_ptr<void>(target);
+  auto self = shared_from_this();
+  rdma_->read(
+      rdmaPeer_.load(), target->data, region.bytes, region.address, region.key, std::move(owner), this,
+      [self, header, target, rank, bytes = region.bytes](const std::string& error) {
+        if (error.empty()) {
+          self->counters_.rdmaRead += bytes;
+          self->sendReadDone(header, false);
+          target->complete({}, rank);
+          return;
+        }
+        {
+          std::lock_guard<std::mutex> guard(self->sendMutex_);
+          if (!self->failed_) {
+            // The link still works: take the payload over it instead.
+            self->awaitingResend_[readKeyOf(header)] = target;
+          }
+        }
+        if (self->failed_) {
+          target->complete(
+              Status::error(ErrorKind::kPeerFailure, {rank},
+                            "rdma read from rank " + std::to_string(rank) + " failed: " + error),
+              -1);
+          return;
+        }
+        MONARCH_LOG(kWarn) << "rdma read from rank " << rank << " failed (" << error << "); taking it over TCP";
+        ++self->counters_.rdmaFallbacks;
+        self->sendReadDone(header, /*resendInline=*/true);
+      });
+}
+
+void Connection::onRdmaAddress(const std::string& address) {
+  if (!rdma_) {
+    return; // a peer on this host, or no RDMA here: payloads stay on TCP
+  }
+  rdma::PeerAddress peer = rdma::kNoPeer;
+  std::string error;
+  if (!rdma_->addPeer(address, &peer, &error)) {
+    MONARCH_LOG(kWarn) << "rdma address of " << peer_.address << " (pid " << peer_.pid << ") rejected: " << error
+                       << "; its payloads to this process go over TCP";
+    return;
+  }
+  rdmaPeer_ = peer;
+  sendControl(makeControlHeader(FrameKind::kRdmaReady, 0, 0, 0), {});
 }
 
 void Connection::sendControl(const FrameHeader& header, std::string payload) {
@@ -245,9 +374,9 @@ bool Connection::readAvailable(std::string* error) {
     if (rxState_ == RxState::kHeader) {
       dest = reinterpret_cast<char*>(&rxHeader_) + rxHave_;
       want = sizeof(FrameHeader) - rxHave_;
-    } else if (rxHeader_.flags & kFrameRemoteRead) {
-      dest = reinterpret_cast<char*>(&rxRegion_) + rxHave_;
-      want = sizeof(RemoteRegion) - rxHave_;
+    } else if (rxHeader_.kind == static_cast<uint8_t>(FrameKind::kData) && (rxHeader_.flags & kReadFlags)) {
+      dest = rxDescriptor_ + rxHave_; // validateHeader bounded its size
+      want = rxHeader_.payloadBytes - rxHave_;
     } else if (rxTarget_ && rxTargetStatus_.ok()) {
       dest = static_cast<char*>(rxTarget_->data) + rxHave_;
       want = rxHeader_.payloadBytes - rxHave_;
@@ -299,14 +428,25 @@ bool Connection::onHeaderComplete(std::string* error) {
   if (kind == FrameKind::kGoodbye) {
     peerSaidGoodbye_ = true;
   }
-  bool perChannel = kind != FrameKind::kHeartbeat && kind != FrameKind::kGoodbye && kind != FrameKind::kReadDone;
+  bool perChannel = kind != FrameKind::kHeartbeat && kind != FrameKind::kGoodbye && kind != FrameKind::kReadDone &&
+      kind != FrameKind::kRdmaAddress && kind != FrameKind::kRdmaReady;
   rxChannel_ = perChannel ? channels_->forIncoming(rxHeader_.channel) : nullptr;
   rxTarget_.reset();
   rxTargetStatus_ = Status();
   if (kind == FrameKind::kData && rxChannel_) {
-    rxTarget_ = rxChannel_->claimPosted(this, rxHeader_);
+    if (!(rxHeader_.flags & kReadFlags)) {
+      std::lock_guard<std::mutex> guard(sendMutex_);
+      auto resent = awaitingResend_.find(readKeyOf(rxHeader_));
+      if (resent != awaitingResend_.end()) {
+        rxTarget_ = std::move(resent->second); // the payload of an rdma read that failed
+        awaitingResend_.erase(resent);
+      }
+    }
+    if (!rxTarget_) {
+      rxTarget_ = rxChannel_->claimPosted(this, rxHeader_);
+    }
     // A remote read is checked once its region has arrived.
-    if (rxTarget_ && !(rxHeader_.flags & kFrameRemoteRead)) {
+    if (rxTarget_ && !(rxHeader_.flags & kReadFlags)) {
       rxTargetStatus_ = checkFrameMatches(
           rxHeader_, rxHeader_.payloadBytes, rxTarget_->signature, rxTarget_->bytes, rxChannel_->rankOf(this),
           rxTarget_->seq);
@@ -320,7 +460,7 @@ bool Connection::onHeaderComplete(std::string* error) {
       }
     }
   }
-  bool keepPayload = rxChannel_ && !rxTarget_ && !(rxHeader_.flags & kFrameRemoteRead);
+  bool keepPayload = (rxChannel_ && !rxTarget_ && !(rxHeader_.flags & kReadFlags)) || kind == FrameKind::kRdmaAddress;
   rxBuffer_.reset();
   if (keepPayload && rxHeader_.payloadBytes > 0) {
     // The length is the peer's word: a size this process cannot allocate
@@ -339,25 +479,19 @@ bool Connection::onHeaderComplete(std::string* error) {
 
 void Connection::onPayloadComplete() {
   auto kind = static_cast<FrameKind>(rxHeader_.kind);
-  const bool remote = kind == FrameKind::kData && (rxHeader_.flags & kFrameRemoteRead);
+  const bool remote = kind == FrameKind::kData && (rxHeader_.flags & kReadFlags);
   if (remote && rxTarget_) {
-    int rank = rxChannel_->rankOf(this);
-    Status status = completeRemoteRead(rxHeader_, rxRegion_, *rxTarget_, rank);
-    rxTarget_->complete(status, rank);
-    if (status.kind == ErrorKind::kMismatch) {
-      rxChannel_->fail(status, /*tellPeers=*/true);
-    }
+    readRemotePayload(rxHeader_, rxDescriptor_, rxTarget_, rxChannel_->rankOf(this), *rxChannel_);
   } else if (remote && rxChannel_) {
-    std::unique_ptr<char[]> region(new char[sizeof(RemoteRegion)]);
-    std::memcpy(region.get(), &rxRegion_, sizeof(RemoteRegion));
-    rxChannel_->deliverUnexpected(this, rxHeader_, std::move(region));
+    std::unique_ptr<char[]> descriptor(new char[rxHeader_.payloadBytes]);
+    std::memcpy(descriptor.get(), rxDescriptor_, rxHeader_.payloadBytes);
+    rxChannel_->deliverUnexpected(this, rxHeader_, std::move(descriptor));
   } else if (remote) {
-    // The group is gone; still release the sender's buffer.
-    FrameHeader done = makeControlHeader(FrameKind::kReadDone, rxHeader_.channel, rxHeader_.seq, 0);
-    done.flags = rxHeader_.flags & kFramePointToPoint;
-    done.step = rxHeader_.step;
-    done.checksum = headerChecksum(done);
-    sendControl(done, {});
+    sendReadDone(rxHeader_, false); // the group is gone; still release the sender's buffer
+  } else if (kind == FrameKind::kRdmaAddress) {
+    onRdmaAddress(std::string(rxBuffer_.get(), rxHeader_.payloadBytes));
+  } else if (kind == FrameKind::kRdmaReady) {
+    rdmaPeerReads_ = rdma_ != nullptr;
   } else if (rxTarget_) {
     rxTarget_->complete({}, rxChannel_->rankOf(this));
   } else if (kind == FrameKind::kReadDone) {
@@ -408,6 +542,14 @@ void Connection::fail(const std::string& reason) {
       pending.insert(pending.end(), entry.second.begin(), entry.second.end());
     }
     awaitingRead_.clear();
+    for (auto& entry : awaitingResend_) {
+      pending.push_back(std::move(entry.second));
+    }
+    awaitingResend_.clear();
+  }
+  if (rdma_) {
+    // Completes this link's reads in flight (the callbacks see failed_).
+    rdma_->cancelReads(this, "link failed: " + reason);
   }
   for (auto& transfer : pending) {
     int rank = transfer->peerRank;

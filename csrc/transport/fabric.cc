@@ -1,6 +1,7 @@
 #include "transport/fabric.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/eventfd.h>
@@ -68,6 +69,24 @@ std::string peerAddress(int fd) {
   return std::string(text) + ":" + std::to_string(ntohs(addr.sin_port));
 }
 
+// Whether this machine has an RDMA device: verbs and efa devices both show
+// up here. Without one, "auto" does not load libfabric at all.
+bool rdmaDevicePresent() {
+  DIR* dir = ::opendir("/sys/class/infiniband");
+  if (dir == nullptr) {
+    return false;
+  }
+  bool found = false;
+  while (dirent* entry = ::readdir(dir)) {
+    if (entry->d_name[0] != '.') {
+      found = true;
+      break;
+    }
+  }
+  ::closedir(dir);
+  return found;
+}
+
 std::string storeKey(const GroupIdentity& group, const std::string& what) {
   return "monarch/" + std::to_string(group.epoch) + "/" + what;
 }
@@ -79,6 +98,10 @@ Fabric::Fabric(FabricOptions options)
       options_(std::move(options)),
       address_(options_.bindAddress),
       stopEvent_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+  if (options_.rdma == FabricOptions::Rdma::kRequired) {
+    rdma_ = rdma::RdmaEndpoint::open(options_.rdmaProvider, options_.heartbeatTimeout);
+    rdmaTried_ = true;
+  }
   listener_ = listenOn(address_, &port_);
   setNonBlocking(listener_.fd(), true);
   acceptor_ = std::thread([this] { acceptLoop(); });
@@ -141,6 +164,14 @@ void Fabric::shutdown(bool graceful) {
     connection->fail("endpoint shut down");
   }
   loop_.stop();
+  std::shared_ptr<rdma::RdmaEndpoint> endpoint;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    endpoint = std::move(rdma_);
+  }
+  if (endpoint) {
+    endpoint->shutdown(); // after the links: no read starts from here on
+  }
   arrivals_.notify_all();
 }
 
@@ -305,10 +336,34 @@ std::shared_ptr<Connection> Fabric::adopt(Socket socket, const Handshake& peer, 
       canReadFrom(static_cast<pid_t>(peer.pid), peer.probeAddress);
   MONARCH_LOG(kDebug) << "link to " << address << " (pid " << peer.pid << ") "
                       << (identity.remoteReadable ? "uses same-host remote reads" : "uses TCP for payloads");
-  auto connection = std::make_shared<Connection>(std::move(socket), identity, &channels_, &loop_);
   std::lock_guard<std::mutex> guard(mutex_);
+  auto connection = std::make_shared<Connection>(
+      std::move(socket), identity, &channels_, &loop_, rdmaForPeerLocked(peer.hostId));
   connections_.push_back(connection);
   return connection;
+}
+
+RdmaLink Fabric::rdmaForPeerLocked(uint64_t peerHostId) {
+  if (options_.rdma == FabricOptions::Rdma::kOff || peerHostId == options_.hostId) {
+    return {}; // on one host, shared memory and remote reads serve better
+  }
+  if (!rdmaTried_) {
+    rdmaTried_ = true;
+    if (options_.rdma == FabricOptions::Rdma::kAuto && options_.rdmaProvider.empty() && !rdmaDevicePresent()) {
+      return {};
+    }
+    try {
+      rdma_ = rdma::RdmaEndpoint::open(options_.rdmaProvider, options_.heartbeatTimeout);
+    } catch (const rdma::RdmaUnavailable& e) {
+      MONARCH_LOG(kDebug) << "no rdma between hosts, payloads go over TCP: " << e.what();
+    }
+  }
+  return RdmaLink{rdma_, options_.rdmaMinBytes};
+}
+
+std::string Fabric::rdmaProvider() {
+  std::lock_guard<std::mutex> guard(mutex_);
+  return rdma_ ? rdma_->provider() : std::string();
 }
 
 void Fabric::acceptLoop() {

@@ -42,6 +42,14 @@ struct FabricOptions {
   // Which host this endpoint says it is on (see localHostId()); peers with
   // the same id are on one host. Set apart to make one machine pose as several.
   uint64_t hostId = 0;
+  // Large payloads to peers on other hosts by RDMA read (rdma/): kOff never,
+  // kAuto when a verbs or efa provider opens (at the first such peer),
+  // kRequired always (the endpoint opens at construction or it throws
+  // rdma::RdmaUnavailable). Never to peers on this host.
+  enum class Rdma { kOff, kAuto, kRequired };
+  Rdma rdma = Rdma::kOff;
+  std::string rdmaProvider; // empty: rdma::kDefaultProviders
+  size_t rdmaMinBytes = 256 * 1024; // smaller payloads go inline on TCP
 };
 
 class Fabric {
@@ -62,6 +70,8 @@ class Fabric {
   }
   // Live connections (for tests and diagnostics).
   size_t connectionCount();
+  // The libfabric provider large cross-host payloads go through; empty when none.
+  std::string rdmaProvider();
 
   // Connects every pair of ranks of a group through `store` and returns the
   // connection to each rank (null for this rank). A live connection to a
@@ -107,6 +117,9 @@ class Fabric {
   std::shared_ptr<Connection> adopt(Socket socket, const Handshake& peer, const std::string& address);
 
   void checkLiveness();
+  // The RDMA endpoint for a peer on another host, opened at the first (null
+  // when off or unavailable). Called with mutex_ held.
+  RdmaLink rdmaForPeerLocked(uint64_t peerHostId);
 
   const uint64_t endpointId_;
   const FabricOptions options_;
@@ -121,6 +134,8 @@ class Fabric {
   std::condition_variable arrivals_;
   std::vector<PendingGroup*> pendingGroups_;
   std::vector<std::shared_ptr<Connection>> connections_;
+  std::shared_ptr<rdma::RdmaEndpoint> rdma_;
+  bool rdmaTried_ = false; // kAuto opens it once, at the first peer on another host
   std::thread acceptor_;
   bool stopped_ = false;
   int leases_ = 0;

@@ -79,6 +79,20 @@ std::vector<uint64_t> GroupLinks::payloadBytesSent() const {
   return sent;
 }
 
+std::map<std::string, uint64_t> GroupLinks::transportBytes() const {
+  std::map<std::string, uint64_t> total{{"tcp_sent", 0}, {"remote_read", 0}, {"rdma_read", 0}, {"rdma_fallbacks", 0}};
+  for (const auto& connection : connections_) {
+    if (connection) {
+      const LinkCounters& counters = connection->counters();
+      total["tcp_sent"] += counters.tcpSent.load();
+      total["remote_read"] += counters.remoteRead.load();
+      total["rdma_read"] += counters.rdmaRead.load();
+      total["rdma_fallbacks"] += counters.rdmaFallbacks.load();
+    }
+  }
+  return total;
+}
+
 void GroupLinks::beginOp(uint64_t seq, const OpSignature& signature, Deadline deadline, std::shared_ptr<void> keepalive) {
   seq_ = seq;
   channel_->setProgress(seq);

@@ -2,6 +2,8 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
+#include <string>
 #include <memory>
 #include <vector>
 
@@ -70,6 +72,9 @@ class GroupLinks : public Links {
   }
   // Payload bytes this rank has posted to each peer so far (diagnostics).
   std::vector<uint64_t> payloadBytesSent() const;
+  // The links' LinkCounters summed over peers: tcp_sent, remote_read,
+  // rdma_read, rdma_fallbacks.
+  std::map<std::string, uint64_t> transportBytes() const;
 
  private:
   TransferPtr makeTransfer(Transfer::Direction direction, int peer, void* data, size_t bytes);

@@ -120,8 +120,14 @@ Status validateHeader(const FrameHeader& header) {
       if (header.payloadBytes > kMaxFramePayload) {
         return corrupt("payload length out of range");
       }
+      if ((header.flags & kFrameRemoteRead) && (header.flags & kFrameRdmaRead)) {
+        return corrupt("remote read and rdma read at once");
+      }
       if ((header.flags & kFrameRemoteRead) && header.payloadBytes != sizeof(uint64_t) * 2) {
         return corrupt("remote read frame without a region");
+      }
+      if ((header.flags & kFrameRdmaRead) && header.payloadBytes != sizeof(RdmaRegion)) {
+        return corrupt("rdma read frame without a region");
       }
       if (header.dtype >= static_cast<uint8_t>(DataType::kCount)) {
         return corrupt("unknown dtype");
@@ -136,11 +142,17 @@ Status validateHeader(const FrameHeader& header) {
         return corrupt("error notice too long");
       }
       return {};
+    case FrameKind::kRdmaAddress:
+      if (header.payloadBytes == 0 || header.payloadBytes > kMaxRdmaAddress) {
+        return corrupt("rdma address length out of range");
+      }
+      return {};
     case FrameKind::kHeartbeat:
     case FrameKind::kGoodbye:
     case FrameKind::kProgressQuery:
     case FrameKind::kProgressReply:
     case FrameKind::kReadDone:
+    case FrameKind::kRdmaReady:
       if (header.payloadBytes != 0) {
         return corrupt("control frame with payload");
       }

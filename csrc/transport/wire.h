@@ -72,11 +72,27 @@ enum class FrameKind : uint8_t {
   kProgressQuery = 5, // "which op of this channel have you reached?"
   kProgressReply = 6, // seq = the last op the sender started on the channel
   kReadDone = 7, // the receiver finished a remote read of (channel, seq, step)
+  kRdmaAddress = 8, // payload: the sender's libfabric endpoint address
+  kRdmaReady = 9, // the sender inserted our address: it may read what we expose
 };
+
+// Largest libfabric endpoint address a kRdmaAddress frame may carry.
+constexpr uint64_t kMaxRdmaAddress = 1024;
 
 constexpr uint8_t kFramePointToPoint = 0x1;
 // The payload is a RemoteRegion to read from the sender's memory, not data.
 constexpr uint8_t kFrameRemoteRead = 0x2;
+// The payload is an RdmaRegion to fi_read from the sender's memory.
+constexpr uint8_t kFrameRdmaRead = 0x4;
+// On kReadDone: the read failed, send the payload inline over TCP instead.
+constexpr uint8_t kFrameResendInline = 0x8;
+
+// What a kFrameRdmaRead frame carries: a region the sender registered.
+struct RdmaRegion {
+  uint64_t address; // as the sender's provider wants it named (see rdma/registration_cache.h)
+  uint64_t bytes;
+  uint64_t key;
+};
 
 struct FrameHeader {
   uint32_t magic;

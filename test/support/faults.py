@@ -168,10 +168,12 @@ class Resources:
     threads: int
     fds: int
     shm_mappings: int
+    rdma_endpoints: int
+    rdma_registrations: int
 
     def leaks_since(self, baseline: "Resources") -> list[str]:
         leaks = []
-        for name in ("threads", "fds", "shm_mappings"):
+        for name in ("threads", "fds", "shm_mappings", "rdma_endpoints", "rdma_registrations"):
             now, before = getattr(self, name), getattr(baseline, name)
             if now > before:
                 leaks.append(f"{name}: {before} before init, {now} after destroy_process_group")
@@ -184,10 +186,15 @@ def _shm_mappings() -> int:
 
 
 def resources() -> Resources:
+    from torch_monarch import _C
+
+    rdma = _C.rdma_resources()
     return Resources(
         threads=len(os.listdir("/proc/self/task")),
         fds=len(os.listdir("/proc/self/fd")),
         shm_mappings=_shm_mappings(),
+        rdma_endpoints=rdma["endpoints"],
+        rdma_registrations=rdma["registrations"],
     )
 
 

@@ -186,7 +186,8 @@ def _child_main(
     parent_pid: int,
     stay_alive: bool,
 ) -> None:
-    os.environ.update(env)
+    # "{rank}" in a value stands for the child's rank (a host name per rank, say).
+    os.environ.update({name: value.replace("{rank}", str(ctx.rank)) for name, value in env.items()})
     import torch
     import torch.distributed as dist
 
@@ -229,7 +230,8 @@ def run_workers(
 ) -> list[RankResult]:
     """Runs ``fn(ctx, *args)`` on ranks 0..world_size-1 and returns what each did.
 
-    ``fn`` must be a module-level function (spawn pickles it by name). The
+    ``fn`` must be a module-level function (spawn pickles it by name);
+    ``{rank}`` in an ``env`` value is replaced by the child's rank. The
     ranks start it together, once the last of them has started, and get
     ``timeout`` seconds from then.
     Never raises for a rank's failure; see ``run_workers_ok`` for the strict form.

@@ -40,6 +40,8 @@ class FrameKind:
     PROGRESS_QUERY = 5
     PROGRESS_REPLY = 6
     READ_DONE = 7
+    RDMA_ADDRESS = 8
+    RDMA_READY = 9
 
 
 class OpCode:
