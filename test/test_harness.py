@@ -25,7 +25,9 @@ def behave_worker(ctx: WorkerContext, behaviours: dict[int, str]) -> int:
     if behaviour == "hang":
         threading.Event().wait()
     if behaviour == "announce_and_hang":
-        print(f"RANK_PID {os.getpid()}", flush=True)
+        # One write of the whole line: both ranks share the parent's stdout pipe,
+        # and print() writes the text and its newline separately.
+        os.write(1, f"RANK_PID {os.getpid()}\n".encode())
         threading.Event().wait()
     if behaviour == "crash":
         os._exit(7)
