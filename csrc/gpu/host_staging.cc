@@ -159,6 +159,18 @@ class StagedWork : public c10d::Work {
   std::atomic<bool> recorded_{false};
 };
 
+// `stage` of every item, staged in the items' order (the copies are queued on
+// the staging stream in that order).
+template <class T, class Stage>
+auto eachInOrder(const std::vector<T>& items, Stage stage) {
+  std::vector<decltype(stage(items.front()))> staged;
+  staged.reserve(items.size());
+  for (const auto& item : items) {
+    staged.push_back(stage(item));
+  }
+  return staged;
+}
+
 } // namespace
 
 c10::Device stagingDevice(const std::vector<const at::Tensor*>& tensors, const char* op) {
@@ -225,43 +237,23 @@ at::Tensor Staging::inout(const at::Tensor& tensor) {
 }
 
 std::vector<at::Tensor> Staging::input(const std::vector<at::Tensor>& tensors) {
-  std::vector<at::Tensor> hosts;
-  for (const auto& tensor : tensors) {
-    hosts.push_back(input(tensor));
-  }
-  return hosts;
+  return eachInOrder(tensors, [this](const at::Tensor& t) { return input(t); });
 }
 
 std::vector<at::Tensor> Staging::output(const std::vector<at::Tensor>& tensors) {
-  std::vector<at::Tensor> hosts;
-  for (const auto& tensor : tensors) {
-    hosts.push_back(output(tensor));
-  }
-  return hosts;
+  return eachInOrder(tensors, [this](const at::Tensor& t) { return output(t); });
 }
 
 std::vector<at::Tensor> Staging::inout(const std::vector<at::Tensor>& tensors) {
-  std::vector<at::Tensor> hosts;
-  for (const auto& tensor : tensors) {
-    hosts.push_back(inout(tensor));
-  }
-  return hosts;
+  return eachInOrder(tensors, [this](const at::Tensor& t) { return inout(t); });
 }
 
 std::vector<std::vector<at::Tensor>> Staging::input(const std::vector<std::vector<at::Tensor>>& lists) {
-  std::vector<std::vector<at::Tensor>> hosts;
-  for (const auto& list : lists) {
-    hosts.push_back(input(list));
-  }
-  return hosts;
+  return eachInOrder(lists, [this](const std::vector<at::Tensor>& list) { return input(list); });
 }
 
 std::vector<std::vector<at::Tensor>> Staging::output(const std::vector<std::vector<at::Tensor>>& lists) {
-  std::vector<std::vector<at::Tensor>> hosts;
-  for (const auto& list : lists) {
-    hosts.push_back(output(list));
-  }
-  return hosts;
+  return eachInOrder(lists, [this](const std::vector<at::Tensor>& list) { return output(list); });
 }
 
 OpGate Staging::gate() {
