@@ -2,7 +2,8 @@
 
 Each job runs as a subprocess in its own session (the Monarch client);
 afterwards every process the job reported (trainers, standby trainers,
-ReplicaActors, the OrchestrationManager, the LighthouseActor) must be gone.
+the ReplicaActors and their trainer forkservers, the OrchestrationManager,
+the LighthouseActor) must be gone.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ def _job_pids(run_dir: Path, events: list[dict[str, Any]]) -> set[int]:
     for e in events:
         if e["event"] in ("workers_started", "standby_ready"):
             pids.update(e["pids"])
+        if e["event"] == "forkserver_ready":
+            pids.add(e["pid"])
         if e["event"] == "orchestration_started":
             pids.update(p for p in (e["pid"], e.get("lighthouse_pid")) if p)
     for agent in (run_dir / "replicas").glob("*/agent.json"):

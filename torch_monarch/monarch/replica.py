@@ -9,14 +9,19 @@ signal of a kill or segfault, the traceback the trainer reported with
 :class:`RestartPolicy`: max restarts in a window, backoff) whether to
 restart:
 
-* yes: the broken mesh is stopped and a standby mesh, whose trainers have
-  already imported torch, takes its place as the next attempt (a new
-  standby is prepared in the background); ``__supervise__`` returns True;
+* yes: the broken mesh is stopped and a standby mesh takes its place as
+  the next attempt (a new standby is prepared in the background);
+  ``__supervise__`` returns True;
 * no: the failure goes to ``escalation.json`` and ``__supervise__`` returns
   False, so Monarch escalates it to the OrchestrationManager.
 
 The other replicas are not involved: TorchFT's quorum drops this one and
 the restarted trainers heal from a donor when they rejoin.
+
+Every trainer proc is forked from the replica's
+:class:`~torch_monarch.monarch.forkserver.ProcForkserver`, which imported
+torch (and the trainer's ``preload`` modules) once: no mesh, first or
+restarted, pays for that import again.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from monarch.spmd import setup_torch_elastic_env_async
 
 from torch_monarch.monarch.config import ReplicaConfig
 from torch_monarch.monarch.failure import crashed_ranks, trainer_failure
+from torch_monarch.monarch.forkserver import ProcForkserver
 from torch_monarch.monarch.trainer import TrainerActor
 from torch_monarch.supervision.failure import Failure, root_cause
 from torch_monarch.supervision.probes import HangProbe, process_state
@@ -108,14 +114,17 @@ class ReplicaActor(Actor):
         self._finished: Optional[asyncio.Event] = None
         self._meshes = 0
         self._gone_since: dict[int, float] = {}
-        self._exit_text: dict[int, str] = {}
+        self._zombie_text: dict[int, str] = {}
+        self._forkserver = ProcForkserver(config.job.trainer.preload)
 
     # -- meshes -----------------------------------------------------------
 
     async def _spawn(self, attempt: int) -> _Attempt:
         self._meshes += 1  # a unique name: failures of retired meshes are told apart by it
         name = f"trainers_r{self.replica_id}_m{self._meshes}"
-        procs = this_host().spawn_procs(per_host={"procs": self.config.job.trainer.nproc}, name=name)
+        procs = this_host().spawn_procs(
+            per_host={"procs": self.config.job.trainer.nproc}, name=name, bootstrap_command=self._forkserver.bootstrap_command()
+        )
         trainers = procs.spawn(name, TrainerActor)
         pids = await trainers.preload.call(list(self.config.job.trainer.preload))
         ready = _Attempt(attempt, name, procs, trainers, [pids.get(r) for r in range(self.config.job.trainer.nproc)])
@@ -125,9 +134,10 @@ class ReplicaActor(Actor):
     async def _spawn_when_training(self, running: _Attempt) -> _Attempt:
         """The standby for the attempt after ``running``, spawned once ``running`` is up.
 
-        Importing torch takes seconds of CPU; doing it while the new attempt
-        starts and heals would slow its rejoin, so it waits until the
-        running trainers are ready (at the demo's start barrier) or train.
+        Starting procs takes CPU (Monarch's proc bootstrap); doing it while
+        the new attempt starts and heals would slow its rejoin, so it waits
+        until the running trainers are ready (at the demo's start barrier)
+        or train.
         A failure of ``running`` ends the wait at once.
         """
         deadline = time.monotonic() + _STANDBY_WAIT_S
@@ -202,6 +212,7 @@ class ReplicaActor(Actor):
             except Exception:  # noqa: BLE001 - a standby that never started has nothing to stop
                 pass
         await asyncio.gather(*self._stopping, return_exceptions=True)
+        self._forkserver.stop()
 
     def _done(self) -> None:
         if self._finished is not None:
@@ -225,6 +236,10 @@ class ReplicaActor(Actor):
 
     # -- hang probe -------------------------------------------------------
 
+    def _exit_text(self, pid: int) -> str:
+        """How trainer ``pid`` ended, in Monarch's words ("" while it runs): the forkserver's record, or its zombie's."""
+        return self._forkserver.exit_text(pid) or self._zombie_text.get(pid, "")
+
     async def _check_exited(self, mesh: _Attempt) -> None:
         """Backstop for Monarch's report of a dead trainer.
 
@@ -232,18 +247,18 @@ class ReplicaActor(Actor):
         machine), Monarch 0.7 can report a dead proc seconds late (a state
         query times out after 30 s). A trainer gone for ``_EXIT_GRACE_S``
         without a ``__supervise__`` is handled here, with its exit status
-        read from its zombie while the host agent has not reaped it yet.
+        as :meth:`_exit_text` finds it.
         """
         now = time.monotonic()
         for rank, pid in enumerate(mesh.pids):
             state = process_state(pid)
             if state not in (None, "Z"):
                 continue
-            if state == "Z" and pid not in self._exit_text:
-                self._exit_text[pid] = _zombie_exit_text(pid)
+            if state == "Z" and pid not in self._zombie_text:
+                self._zombie_text[pid] = _zombie_exit_text(pid)
             since = self._gone_since.setdefault(pid, now)
             if now - since >= _EXIT_GRACE_S:
-                reason = self._exit_text.get(pid) or "its exit status was not observed"
+                reason = self._exit_text(pid) or "its exit status was not observed"
                 text = f"crashed_ranks=[{rank}]: trainer process {pid} is gone ({reason}); found by the ReplicaActor's probe"
                 await self._trainer_failed(mesh, text, source="probe")
                 return
@@ -270,8 +285,8 @@ class ReplicaActor(Actor):
         """Starts the first attempt and returns when the replica has finished ("succeeded")."""
         self._finished = asyncio.Event()
         asyncio.ensure_future(self._probe_loop())
-        # The first standby starts with the first attempt, so its torch import is part
-        # of the job's start-up, not of the first restart.
+        await self._forkserver.start()
+        self.run_dir.event("forkserver_ready", replica=self.replica_id, pid=self._forkserver.pid)
         first, standby = await asyncio.gather(self._spawn(0), self._spawn(1))
         self._standby = asyncio.get_running_loop().create_future()
         self._standby.set_result(standby)
@@ -304,12 +319,16 @@ class ReplicaActor(Actor):
             )
             for r in ranks
         ]
-        # Peers that reported an error of their own (e.g. the collective error a crash caused).
+        # Peers that ended too: the crash itself when Monarch reported the peer
+        # it broke first, or a collective error the crash caused.
         for r in range(len(mesh.pids)):
-            if r not in ranks and read_json(logs / str(r) / "error.json") is not None:
+            if r in ranks:
+                continue
+            ended = self._exit_text(mesh.pids[r])
+            if ended or read_json(logs / str(r) / "error.json") is not None:
                 failures.append(
                     trainer_failure(
-                        "exited with non-zero code 1",
+                        ended or "exited with non-zero code 1",
                         replica_id=self.replica_id,
                         rank=r,
                         pid=mesh.pids[r],

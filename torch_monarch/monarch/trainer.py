@@ -13,8 +13,10 @@ reported with its traceback first, then the process exits with code 1, so
 every failure reaches the ReplicaActor's ``__supervise__`` the same way
 (Monarch sees the process die: signal or exit code).
 
-A ReplicaActor keeps a standby mesh of trainers that have already imported
-torch (:meth:`TrainerActor.preload`), so a restart does not pay for it.
+A ReplicaActor keeps a standby mesh of trainers ready for the next
+restart. Their procs fork from the replica's forkserver with torch and the
+``preload`` modules loaded; :meth:`TrainerActor.preload` imports whatever
+is still missing (everything, if the procs started without it).
 """
 
 from __future__ import annotations
