@@ -112,12 +112,17 @@ def test_failure_json_round_trip_and_escalation() -> None:
 def test_restart_budget_window_and_backoff() -> None:
     clock = FakeClock()
     budget = RestartBudget(RestartPolicy(max_restarts=2, window=timedelta(seconds=60), backoff=Backoff(1.0, 2.0, 3.0)), clock)
+    assert budget.request() == timedelta(0)  # a one-off failure restarts at once
     assert budget.request() == timedelta(seconds=1)
-    assert budget.request() == timedelta(seconds=2)
     assert budget.request() is None  # third within the window: escalate
     clock.now += 61
-    assert budget.request() == timedelta(seconds=1)  # the window moved on
+    assert budget.request() == timedelta(0)  # the window moved on
     assert budget.total == 3
+
+
+def test_backoff_doubles_from_the_second_restart_up_to_its_cap() -> None:
+    backoff = Backoff(initial=0.5, factor=2.0, max=3.0)
+    assert [backoff.delay(n).total_seconds() for n in range(5)] == [0.0, 0.5, 1.0, 2.0, 3.0]
 
 
 def test_restart_policy_backoff_float_and_env(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -201,7 +206,7 @@ def test_replica_supervisor_restarts_then_escalates() -> None:
     parent = Recording("orchestrator", True)
     sup = ReplicaSupervisor("0", RestartPolicy(max_restarts=1, window=100, backoff=0.5), parent=parent, clock=clock)
     f = Failure(who="w", kind=FailureKind.SIGNAL, time=0.0, message="SIGKILL", replica_id="0")
-    assert sup.supervise(f) and sup.last_delay == 0.5
+    assert sup.supervise(f) and sup.last_delay == 0.0  # the first restart is immediate
     assert not sup.supervise(f)
     assert sup.handle(f)  # declined here, handled by the parent
     assert parent.seen and parent.seen[0].escalated_by == ("replica 0",)

@@ -92,7 +92,8 @@ def get_args_parser() -> argparse.ArgumentParser:
         group,
         "--restart-backoff",
         policy.backoff.initial,
-        help="Initial delay before restarting a replica's workers; doubles with each restart in the window.",
+        help="Delay before a replica's second restart within the window; doubles with each further one "
+        "(the first restart is immediate).",
     )
     _add(
         group,

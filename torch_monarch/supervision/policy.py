@@ -17,11 +17,11 @@ __all__ = ["Backoff", "RestartPolicy", "RestartBudget"]
 
 @dataclass(frozen=True)
 class Backoff:
-    """Exponential backoff: ``initial * factor**n``, capped at ``max``.
+    """Exponential backoff: none for the first restart, then ``initial * factor**(n - 1)``, capped at ``max``.
 
-    ``n`` counts the restarts already made within the policy's window, so a
-    replica that fails once waits ``initial``, one that keeps failing waits
-    longer and longer.
+    ``n`` counts the restarts already made within the policy's window: a
+    replica that fails once is restarted at once (a one-off crash costs no
+    wait), one that keeps failing waits ``initial``, then longer and longer.
     """
 
     initial: timedelta = timedelta(seconds=0.5)
@@ -33,8 +33,8 @@ class Backoff:
 
     def delay(self, attempt: int) -> timedelta:
         if attempt <= 0:
-            return self.initial
-        return min(self.max, self.initial * self.factor**attempt)
+            return timedelta(0)
+        return min(self.max, self.initial * self.factor ** (attempt - 1))
 
 
 @dataclass(frozen=True)
@@ -42,8 +42,9 @@ class RestartPolicy:
     """At most ``max_restarts`` restarts within any ``window``.
 
     A failure past that budget is not handled: the supervisor escalates it
-    to its parent. ``backoff`` spaces restarts out (a duration is read as the
-    initial delay of a :class:`Backoff` with the default factor and cap).
+    to its parent. ``backoff`` spaces repeated restarts out (a duration is
+    read as the initial delay of a :class:`Backoff` with the default factor
+    and cap); the first restart within the window is immediate.
 
     Environment overrides: ``MONARCH_MAX_RESTARTS``,
     ``MONARCH_RESTART_WINDOW``, ``MONARCH_RESTART_BACKOFF`` (initial
