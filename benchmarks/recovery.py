@@ -5,8 +5,9 @@ failure drill, for every setup and every synchronisation:
 
 setups
     ``monarch``: "monarch" backend inside replicas, ProcessGroupMonarch
-    across them, Lighthouse heartbeat timeout 1 s / join timeout 5 s, hang
-    probes, restart backoff 0.5 s, workers forked from a preloaded forkserver.
+    across them, Lighthouse heartbeat timeout 0.5 s / join timeout 5 s, hang
+    probes, the first restart at once (then backoff from 0.5 s), workers
+    forked from a preloaded forkserver.
     ``torchft-default``: what TorchFT ships: Gloo inside replicas (torch's
     default 30 min op timeout), TorchFT's ProcessGroupGloo across them,
     Manager and process-group timeouts 60 s, Lighthouse heartbeat timeout
@@ -15,7 +16,7 @@ setups
     ``monarch-actors``: the ``monarch`` setup supervised by real Monarch
     actors instead of the embedded orchestrator (``--orchestrator monarch``:
     OrchestrationManager, ReplicaActors restarting their trainer mesh from a
-    standby mesh).
+    standby mesh, trainer procs forked from a per-replica forkserver).
 syncs
     ``per-step``: quorum and gradient allreduce across replicas at every
     step. ``diloco-20``: TorchFT's DiLoCo, an outer sync every 20 steps.
