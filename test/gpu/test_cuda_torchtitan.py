@@ -32,8 +32,12 @@ pytestmark = [pytest.mark.cuda, pytest.mark.timeout(540)]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SYNC_STEPS = 5
-OPEN_ENDED = 100_000  # steps: far more than the killed run lasts; it is stopped once it has shown the rejoin
-COMPARED = 10  # logged losses of the restarted worker after it healed, compared with the failure-free run
+# --training.steps of both runs (one learning-rate schedule): far more than they last. The killed run is
+# stopped once it has shown the rejoin, the failure-free one once it has passed the steps compared.
+STEPS = 100_000
+# The losses compared: steps SETTLE+1 .. SETTLE+COMPARED after the rejoin (the outer step at the rejoin
+# mixes in the restarted replica's first inner steps: on the H200 the loss rose for a few steps after it).
+SETTLE, COMPARED = 10, 20
 LOSS_TOLERANCE = 0.15  # relative, between medians over those steps
 
 
@@ -141,7 +145,7 @@ def test_torchtitan_trains_through_a_killed_worker(tmp_path: Path) -> None:
     killed_root, reference_root = tmp_path / "killed", tmp_path / "failure-free"
     run_dir = killed_root / "run"
     report: dict[str, Any] = {}
-    process = _start(_command(assets, data, killed_root, OPEN_ENDED), killed_root)
+    process = _start(_command(assets, data, killed_root, STEPS), killed_root)
     try:
         # 1. Both replicas train, in one quorum.
         started = time.monotonic()
@@ -159,30 +163,35 @@ def test_torchtitan_trains_through_a_killed_worker(tmp_path: Path) -> None:
             return [s for s in _steps(run_dir, "1") if s["attempt"] > 0 and s["step"] > killed_at_step]
 
         _wait_until(process, 180, "replica 1's rejoin", lambda: any(s.get("participants") == 2 for s in healed()))
-        _wait_until(process, 120, f"{COMPARED} steps after the rejoin", lambda: len(_losses(healed())) > COMPARED)
+        _wait_until(process, 120, "the steps compared", lambda: len(_losses(healed())) > SETTLE + COMPARED)
     finally:
         _stop(process, killed_root)
     restarted = [s for s in _steps(run_dir, "1") if s["attempt"] > 0]
     rejoined = next(s for s in restarted if s["step"] > killed_at_step and s.get("participants") == 2)
     healthy = _steps(run_dir, "0")
+    worker = json.loads((run_dir / "replicas" / "1" / "rank0.json").read_text())  # the restarted worker's status
     report.update(
         killed_at_step=killed_at_step,
+        # Where the rejoin's time goes: kill -> the new worker process started -> its first (inner) step -> rejoin.
+        new_worker_started_s=round(worker["started"] - killed_at, 1),
+        first_step_s=round(restarted[0]["t"] - killed_at, 1),
         restarted_first_steps=[s["step"] for s in restarted[:SYNC_STEPS + 1]],
         rejoin_s=round(rejoined["t"] - killed_at, 1),
         rejoined_at_step=rejoined["step"],
         healthy_steps_while_down=sum(killed_at < s["t"] < rejoined["t"] for s in healthy),
         healthy_attempts=sorted({s["attempt"] for s in healthy}),
     )
-    # From the step after the rejoin: the loss logged at the healing step is the fresh model's.
-    compared = sorted(_losses([s for s in restarted if s["step"] > rejoined["step"]]))[:COMPARED]
+    compared = sorted(_losses([s for s in restarted if s["step"] > rejoined["step"]]))[SETTLE : SETTLE + COMPARED]
 
-    # 4. The same job without a failure, to the last step compared.
-    process = _start(_command(assets, data, reference_root, compared[-1]), reference_root)
+    # 4. The same job without a failure, past the last step compared.
+    reference_dir = reference_root / "run"
+    process = _start(_command(assets, data, reference_root, STEPS), reference_root)
     try:
-        assert process.wait(timeout=240) == 0, "the failure-free run failed"
+        _wait_until(process, 240, f"the failure-free run's step {compared[-1]}", lambda: all(
+            _steps(reference_dir, r) and _steps(reference_dir, r)[-1]["step"] > compared[-1] for r in "01"))
     finally:
         _stop(process, reference_root)
-    reference = {r: _losses(_steps(reference_root / "run", r)) for r in "01"}
+    reference = {r: _losses(_steps(reference_dir, r)) for r in "01"}
 
     def median(values: list[float]) -> float:
         return sorted(values)[len(values) // 2]
