@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 import types
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ import pytest
 torchft = pytest.importorskip("torchft")
 manager_module = pytest.importorskip("torchtitan.experiments.torchft.manager")
 
+import torch_monarch  # noqa: E402
 from torch_monarch import supervision  # noqa: E402
 from torch_monarch.integrations import torchtitan as hook  # noqa: E402
 from torch_monarch.torchft import ProcessGroupMonarch  # noqa: E402
@@ -132,3 +134,14 @@ def test_torchtitan_0_2_runs_its_ft_trainer_and_logs_the_loss(monkeypatch: pytes
     hook.main(["--fault_tolerance.enable"])
     assert ran["trainer"] is FTTrainer
     assert recorded == [(1, {}), (2, {"loss": 2.5}), (3, {})]
+
+
+def test_a_module_missing_from_this_version_is_skipped_a_missing_dependency_raises(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "titan_needs_triton.py").write_text("import no_such_dependency_xyz\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    present = hook._present([("torchtitan.no_such_module", "Trainer"), ("torch_monarch", "Options")])
+    assert present == [torch_monarch.Options]
+    with pytest.raises(ModuleNotFoundError, match="no_such_dependency_xyz"):
+        hook._present([("titan_needs_triton", "Trainer")])

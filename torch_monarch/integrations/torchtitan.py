@@ -25,9 +25,9 @@ loss on the steps TorchTitan logs one, ``--metrics.log_freq``). With
 0.2.x it runs the FT trainer (``torchtitan.experiments.ft.train.FTTrainer``,
 with ``--job.custom_config_module torchtitan.components.ft.config`` for
 DiLoCo's options): 0.2.x's plain trainer ignores ``--fault_tolerance.*``.
-With TorchTitan 0.2.x, ``--experimental.custom_import
-torch_monarch.integrations.torchtitan`` installs the hook from TorchTitan's own
-entry point instead.
+With TorchTitan 0.2.x, ``python -m torchtitan.experiments.ft.train
+--experimental.custom_import torch_monarch.integrations.torchtitan`` installs
+the hook from TorchTitan's own entry point instead (without the step reports).
 """
 
 from __future__ import annotations
@@ -112,16 +112,9 @@ def install() -> list[str]:
     except ImportError as e:
         raise ImportError("TorchTitan's fault tolerance needs torchft: pip install 'torch_monarch[torchtitan]'") from e
     hooked = []
-    for module_name, class_name in _MANAGERS:
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError:
-            continue
-        manager = getattr(module, class_name, None)
-        if manager is None:
-            continue
+    for manager in _present(_MANAGERS):
         _wrap_once(manager, "__init__", _hooked)
-        hooked.append(f"{module_name}.{class_name}")
+        hooked.append(f"{manager.__module__}.{manager.__qualname__}")
     if not hooked:
         raise ImportError(
             "no TorchTitan fault-tolerance manager found (TorchTitan 0.2.x or 0.3.x): pip install 'torch_monarch[torchtitan]'"
@@ -166,6 +159,22 @@ def _remembering_loss(log: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def _present(names: Sequence[tuple[str, str]]) -> list[type]:
+    """The classes named ``(module, class)`` that this TorchTitan has, in order, each once."""
+    classes: list[type] = []
+    for module_name, class_name in names:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as e:
+            if e.name is None or not module_name.startswith(e.name):
+                raise  # the module is there but needs something missing (say triton): say so
+            continue  # not in this TorchTitan version
+        found = getattr(module, class_name, None)
+        if found is not None and found not in classes:
+            classes.append(found)
+    return classes
+
+
 def _trainer_classes() -> list[type]:
     """TorchTitan's trainers with TorchFT first, then the plain one (each has its own ``train_step``).
 
@@ -173,16 +182,7 @@ def _trainer_classes() -> list[type]:
     manager: ``--fault_tolerance.*`` takes effect only in
     ``torchtitan.experiments.ft.train.FTTrainer``, which this module runs.
     """
-    classes = []
-    for module_name, class_name in _TRAINERS:
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError:
-            continue
-        trainer_class = getattr(module, class_name, None)
-        if trainer_class is not None and trainer_class not in classes:
-            classes.append(trainer_class)
-    return classes
+    return _present(_TRAINERS)
 
 
 def _with_launcher_flags(argv: Sequence[str]) -> list[str]:
