@@ -41,6 +41,7 @@ one JSON line.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -120,7 +121,9 @@ def _phase(name: str, setup: str, sync: str, args: argparse.Namespace, out: Path
             env=config["env"],
             lighthouse=config["lighthouse"],
             extra_args=config["extra_args"],
-            preload=config["preload"],
+            # CUDA does not survive a fork: GPU workers start as new interpreters.
+            preload=config["preload"] and args.device == "cpu",
+            config=dataclasses.replace(DemoConfig(), device=args.device),
             orchestrator=config.get("orchestrator", "embedded"),
             stop_timeout=args.stop_timeout,
             sync=SYNCS[sync],
@@ -241,6 +244,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--kinds", default="kill,segv,comm,exc,hang", help="hang last: TorchFT's default setup never recovers it")
     p.add_argument("--runs", type=int, default=3, help="phases with failures per (setup, sync) (default 3)")
     p.add_argument("--every", type=float, default=20.0)
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the replicas train (cuda: round-robin over the visible GPUs)")
     p.add_argument("--replicas", type=int, default=4)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--seed", type=int, default=1)

@@ -3,12 +3,16 @@ ProcessGroupMonarch for ``--fault_tolerance.process_group monarch``.
 
 Checked on CPU against TorchTitan 0.3.0's ``TorchFTManager`` (torchft's
 Manager replaced by a recorder: no Lighthouse is needed to see what it was
-given). The GPU run with TorchTitan 0.2.2's trainer is in test/gpu.
+given), and the choice of 0.2.x's FT trainer against modules laid out as
+0.2.x's. The GPU run with TorchTitan 0.2.2's trainer is in test/gpu.
 """
 
 from __future__ import annotations
 
+import sys
+import types
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +20,8 @@ import pytest
 torchft = pytest.importorskip("torchft")
 manager_module = pytest.importorskip("torchtitan.experiments.torchft.manager")
 
+import torch_monarch  # noqa: E402
+from torch_monarch import supervision  # noqa: E402
 from torch_monarch.integrations import torchtitan as hook  # noqa: E402
 from torch_monarch.torchft import ProcessGroupMonarch  # noqa: E402
 
@@ -75,3 +81,67 @@ def test_launcher_flags_fill_in_the_replica(monkeypatch: pytest.MonkeyPatch) -> 
     assert args == ["--fault_tolerance.enable", "--fault_tolerance.replica_id=1", "--fault_tolerance.group_size=2"]
     given = ["--fault_tolerance.replica_id", "5", "--fault_tolerance.group_size=3"]
     assert hook._with_launcher_flags(given) == given
+
+
+def _module(name: str, **attributes: Any) -> types.ModuleType:
+    module = types.ModuleType(name)
+    module.__dict__.update(attributes)
+    return module
+
+
+def test_torchtitan_0_2_runs_its_ft_trainer_and_logs_the_loss(monkeypatch: pytest.MonkeyPatch) -> None:
+    """0.2.x's plain Trainer ignores ``--fault_tolerance.*`` (no FT manager): main must run its FTTrainer."""
+    import torchtitan
+
+    ran: dict[str, Any] = {}
+    recorded: list[tuple[int, dict[str, Any]]] = []
+
+    class MetricsProcessor:
+        def log(self, step: int, global_avg_loss: float, global_max_loss: float, grad_norm: float) -> None:
+            pass
+
+    class Trainer:
+        def train_step(self, batch: Any) -> None:
+            raise AssertionError("0.2.x's plain trainer ran")
+
+    class FTTrainer(Trainer):
+        def train_step(self, batch: Any) -> None:
+            self.step += 1
+            if self.step == 2:  # TorchTitan logs the loss every --metrics.log_freq steps
+                self.metrics_processor.log(self.step, 2.5, 2.75, 0.5)
+
+    def main(trainer_class: type) -> None:
+        ran["trainer"] = trainer_class
+        trainer = trainer_class()
+        trainer.step, trainer.metrics_processor = 0, MetricsProcessor()
+        for _ in range(3):
+            trainer.train_step(None)
+
+    train = _module("torchtitan.train", main=main, Trainer=Trainer)
+    monkeypatch.setattr(torchtitan, "train", train, raising=False)
+    for name, module in {
+        "torchtitan.train": train,
+        "torchtitan.experiments.ft.train": _module("torchtitan.experiments.ft.train", FTTrainer=FTTrainer),
+        "torchtitan.components.metrics": _module("torchtitan.components.metrics", MetricsProcessor=MetricsProcessor),
+        "torchtitan.trainer": None,  # 0.3.x only: importing it raises ImportError
+        "torchtitan.experiments.torchft.trainer": None,
+    }.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.setattr(sys, "argv", ["torchtitan"])
+    # Not supervised here: the supervisor's wrapper ends the process on an error (pytest's too).
+    monkeypatch.setattr(supervision, "supervised", lambda main: main)
+    monkeypatch.setattr(supervision, "record_step", lambda step, **fields: recorded.append((step, fields)))
+    hook.main(["--fault_tolerance.enable"])
+    assert ran["trainer"] is FTTrainer
+    assert recorded == [(1, {}), (2, {"loss": 2.5}), (3, {})]
+
+
+def test_a_module_missing_from_this_version_is_skipped_a_missing_dependency_raises(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "titan_needs_triton.py").write_text("import no_such_dependency_xyz\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    present = hook._present([("torchtitan.no_such_module", "Trainer"), ("torch_monarch", "Options")])
+    assert present == [torch_monarch.Options]
+    with pytest.raises(ModuleNotFoundError, match="no_such_dependency_xyz"):
+        hook._present([("titan_needs_triton", "Trainer")])

@@ -28,8 +28,6 @@ const char* profilingTitle(c10d::OpType type) {
       return "monarch:reduce_scatter";
     case c10d::OpType::_REDUCE_SCATTER_BASE:
       return "monarch:_reduce_scatter_base";
-    case c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED:
-      return "monarch:reduce_scatter_tensor_coalesced";
     case c10d::OpType::ALLTOALL:
       return "monarch:all_to_all";
     case c10d::OpType::ALLTOALL_BASE:

@@ -20,10 +20,14 @@ It installs the hook, fills in ``--fault_tolerance.replica_id`` and
 ``--fault_tolerance.group_size`` from the launcher (``REPLICA_GROUP_ID``,
 ``NUM_REPLICA_GROUPS``) unless given, and runs ``torchtitan.train.main``
 supervised (an error is reported with its traceback before the worker dies),
-telling the supervisor each step (progress, quorum, participants).
-With TorchTitan 0.2.x, ``--experimental.custom_import
-torch_monarch.integrations.torchtitan`` installs the hook from TorchTitan's own
-entry point instead.
+telling the supervisor each step (progress, quorum, participants, and the
+loss on the steps TorchTitan logs one, ``--metrics.log_freq``). With
+0.2.x it runs the FT trainer (``torchtitan.experiments.ft.train.FTTrainer``,
+with ``--job.custom_config_module torchtitan.components.ft.config`` for
+DiLoCo's options): 0.2.x's plain trainer ignores ``--fault_tolerance.*``.
+With TorchTitan 0.2.x, ``python -m torchtitan.experiments.ft.train
+--experimental.custom_import torch_monarch.integrations.torchtitan`` installs
+the hook from TorchTitan's own entry point instead (without the step reports).
 """
 
 from __future__ import annotations
@@ -47,7 +51,15 @@ _MANAGERS = (
     ("torchtitan.experiments.torchft.manager", "TorchFTManager"),  # 0.3.x
     ("torchtitan.components.ft.manager", "FTManager"),  # 0.2.x
 )
+# (module, class) of TorchTitan's trainers, the FT ones first.
+_TRAINERS = (
+    ("torchtitan.experiments.ft.train", "FTTrainer"),  # 0.2.x
+    ("torchtitan.experiments.torchft.trainer", "FaultTolerantTrainer"),  # 0.3.x
+    ("torchtitan.trainer", "Trainer"),  # 0.3.x
+    ("torchtitan.train", "Trainer"),  # 0.2.x
+)
 _HOOKED = "_torch_monarch_hook"
+_LOGGED_LOSS = "_torch_monarch_logged_loss"  # (step, loss) TorchTitan's metrics last logged
 
 
 def _monarch_process_group(timeout: timedelta) -> Any:
@@ -77,8 +89,16 @@ def _hooked(init: Callable[..., None]) -> Callable[..., None]:
             config.process_group = PROCESS_GROUP
         logger.info("TorchTitan's fault tolerance runs over ProcessGroupMonarch")
 
-    setattr(__init__, _HOOKED, True)
     return __init__
+
+
+def _wrap_once(owner: type, name: str, wrap: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+    """Replaces ``owner.name`` by ``wrap(owner.name)`` unless this module did already."""
+    method = getattr(owner, name)
+    if not getattr(method, _HOOKED, False):
+        wrapped = wrap(method)
+        setattr(wrapped, _HOOKED, True)
+        setattr(owner, name, wrapped)
 
 
 def install() -> list[str]:
@@ -92,17 +112,9 @@ def install() -> list[str]:
     except ImportError as e:
         raise ImportError("TorchTitan's fault tolerance needs torchft: pip install 'torch_monarch[torchtitan]'") from e
     hooked = []
-    for module_name, class_name in _MANAGERS:
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError:
-            continue
-        manager = getattr(module, class_name, None)
-        if manager is None:
-            continue
-        if not getattr(manager.__init__, _HOOKED, False):
-            manager.__init__ = _hooked(manager.__init__)
-        hooked.append(f"{module_name}.{class_name}")
+    for manager in _present(_MANAGERS):
+        _wrap_once(manager, "__init__", _hooked)
+        hooked.append(f"{manager.__module__}.{manager.__qualname__}")
     if not hooked:
         raise ImportError(
             "no TorchTitan fault-tolerance manager found (TorchTitan 0.2.x or 0.3.x): pip install 'torch_monarch[torchtitan]'"
@@ -124,6 +136,9 @@ def _reporting(train_step: Callable[..., Any]) -> Callable[..., Any]:
                 fields = {"quorum_id": manager._quorum_id, "participants": manager.num_participants()}
             except (AssertionError, RuntimeError):
                 pass  # no quorum yet
+        logged = getattr(getattr(self, "metrics_processor", None), _LOGGED_LOSS, None)
+        if logged is not None and logged[0] == self.step:
+            fields["loss"] = logged[1]
 
         supervision.report_progress(self.step, **fields)
         if int(os.environ.get("RANK", "0")) == 0:
@@ -131,6 +146,43 @@ def _reporting(train_step: Callable[..., Any]) -> Callable[..., Any]:
         return result
 
     return wrapper
+
+
+def _remembering_loss(log: Callable[..., Any]) -> Callable[..., Any]:
+    """``MetricsProcessor.log`` that keeps the step and loss it logged, for the step log."""
+
+    @functools.wraps(log)
+    def wrapper(self: Any, step: int, global_avg_loss: Any, *args: Any, **kwargs: Any) -> Any:
+        setattr(self, _LOGGED_LOSS, (step, float(global_avg_loss)))
+        return log(self, step, global_avg_loss, *args, **kwargs)
+
+    return wrapper
+
+
+def _present(names: Sequence[tuple[str, str]]) -> list[type]:
+    """The classes named ``(module, class)`` that this TorchTitan has, in order, each once."""
+    classes: list[type] = []
+    for module_name, class_name in names:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as e:
+            if e.name is None or not module_name.startswith(e.name):
+                raise  # the module is there but needs something missing (say triton): say so
+            continue  # not in this TorchTitan version
+        found = getattr(module, class_name, None)
+        if found is not None and found not in classes:
+            classes.append(found)
+    return classes
+
+
+def _trainer_classes() -> list[type]:
+    """TorchTitan's trainers with TorchFT first, then the plain one (each has its own ``train_step``).
+
+    TorchTitan 0.2.x's plain ``torchtitan.train.Trainer`` never builds an FT
+    manager: ``--fault_tolerance.*`` takes effect only in
+    ``torchtitan.experiments.ft.train.FTTrainer``, which this module runs.
+    """
+    return _present(_TRAINERS)
 
 
 def _with_launcher_flags(argv: Sequence[str]) -> list[str]:
@@ -154,16 +206,15 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     install()
     from torchtitan import train
 
-    # 0.2.x's main takes the trainer class; 0.3.x's builds it from the config.
-    if inspect.signature(train.main).parameters:
-        trainer_class = train.Trainer
-        trainer = [trainer_class]
-    else:
-        from torchtitan.trainer import Trainer as trainer_class  # type: ignore[no-redef]
+    from torchtitan.components.metrics import MetricsProcessor
 
-        trainer = []
-    trainer_class.train_step = _reporting(trainer_class.train_step)
-    supervision.supervised(train.main)(*trainer)
+    trainers = _trainer_classes()
+    for trainer_class in trainers:
+        _wrap_once(trainer_class, "train_step", _reporting)
+    _wrap_once(MetricsProcessor, "log", _remembering_loss)
+    # 0.2.x's main takes the trainer class (its FT trainer); 0.3.x's builds
+    # the one its config names.
+    supervision.supervised(train.main)(*trainers[:1] if inspect.signature(train.main).parameters else ())
 
 
 if __name__ == "__main__":
