@@ -122,27 +122,34 @@ class ProcForkserver:
 
 
 def _recv_request(conn: socket.socket) -> tuple[dict[str, Any], list[int]]:
+    """The client's request and its stdin/stdout/stderr; ValueError (descriptors closed) for anything else."""
     conn.settimeout(_REQUEST_TIMEOUT_S)
     fds = array.array("i")
     header, ancillary, _flags, _addr = conn.recvmsg(4, socket.CMSG_SPACE(3 * fds.itemsize))
     for level, kind, data in ancillary:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
-    if len(header) != 4 or len(fds) != 3:
+    try:
+        if len(header) != 4 or len(fds) != 3:
+            raise ValueError(f"malformed request ({len(header)} header bytes, {len(fds)} descriptors)")
+        size = struct.unpack("!I", header)[0]
+        if size > _MAX_REQUEST:
+            raise ValueError(f"request of {size} bytes")
+        body = b""
+        while len(body) < size:
+            chunk = conn.recv(size - len(body))
+            if not chunk:
+                raise ValueError("request cut short")
+            body += chunk
+        request = json.loads(body)
+        if not isinstance(request, dict) or not {"env", "cwd", "client_pid"} <= request.keys():
+            raise ValueError("request without env, cwd and client_pid")
+    except (OSError, ValueError):
         for fd in fds:
             os.close(fd)
-        raise ValueError(f"malformed request ({len(header)} header bytes, {len(fds)} descriptors)")
-    size = struct.unpack("!I", header)[0]
-    if size > _MAX_REQUEST:
-        raise ValueError(f"request of {size} bytes")
-    body = b""
-    while len(body) < size:
-        chunk = conn.recv(size - len(body))
-        if not chunk:
-            raise ValueError("request cut short")
-        body += chunk
+        raise
     conn.settimeout(None)
-    return json.loads(body), list(fds)
+    return request, list(fds)
 
 
 def _end_with(pid: int) -> None:
