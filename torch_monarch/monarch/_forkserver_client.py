@@ -36,7 +36,8 @@ def _usual_bootstrap(reason: str) -> None:
     os.execv(sys.executable, [sys.executable, "-m", _MONARCH_BOOTSTRAP])
 
 
-def _recv_exactly(conn: socket.socket, n: int) -> bytes:
+def recv_exactly(conn: socket.socket, n: int) -> bytes:
+    """``n`` bytes from ``conn``, or b"" if it closes first (the forkserver reads requests with it too)."""
     data = b""
     while len(data) < n:
         chunk = conn.recv(n - len(data))
@@ -76,7 +77,7 @@ def main(path: str) -> None:
     request = json.dumps({"env": dict(os.environ), "cwd": os.getcwd(), "client_pid": os.getpid()}).encode()
     fds = array.array("i", [0, 1, 2])
     conn.sendmsg([struct.pack("!I", len(request)), request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds.tobytes())])
-    reply = _recv_exactly(conn, 4)
+    reply = recv_exactly(conn, 4)
     if not reply:
         _usual_bootstrap("it closed the connection")
     child = struct.unpack("!i", reply)[0]
@@ -88,7 +89,7 @@ def main(path: str) -> None:
         pidfd = os.pidfd_open(child)
     except ProcessLookupError:  # already ended: the status is on its way
         pidfd = -1
-    status = _recv_exactly(conn, 4)
+    status = recv_exactly(conn, 4)
     if not status:
         if pidfd >= 0:
             select.select([pidfd], [], [])

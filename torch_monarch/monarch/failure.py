@@ -9,6 +9,7 @@ traceback) and its stderr log (faulthandler's stacks after a segfault).
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Optional
@@ -16,7 +17,7 @@ from typing import Optional
 from torch_monarch.supervision.failure import Failure, FailureKind
 from torch_monarch.supervision.rundir import read_json
 
-__all__ = ["crashed_ranks", "exit_status", "trainer_failure"]
+__all__ = ["crashed_ranks", "exit_status", "exit_text", "trainer_failure"]
 
 _RANKS = re.compile(r"crashed_ranks=\[([0-9, ]*)\]")
 _SIGNAL = re.compile(r"Killed\(sig=(\d+)\)")
@@ -40,6 +41,14 @@ def exit_status(text: str) -> Optional[int]:
     if match:
         return int(match.group(1))
     return None
+
+
+def exit_text(wait_status: int) -> str:
+    """A process's ``waitpid`` status in Monarch's words (``Killed(sig=9)``), or "" for exit code 0."""
+    if os.WIFSIGNALED(wait_status):
+        return f"Killed(sig={os.WTERMSIG(wait_status)})"
+    code = os.WEXITSTATUS(wait_status) if os.WIFEXITED(wait_status) else 1
+    return f"exited with non-zero code {code}" if code else ""
 
 
 def _tail(path: Path, limit: int = 64 * 1024) -> str:

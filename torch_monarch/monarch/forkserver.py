@@ -47,6 +47,9 @@ import threading
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from torch_monarch.monarch._forkserver_client import recv_exactly
+from torch_monarch.monarch.failure import exit_text
+
 __all__ = ["ProcForkserver"]
 
 logger: logging.Logger = logging.getLogger(__name__)
@@ -99,13 +102,9 @@ class ProcForkserver:
         """How forked proc ``pid`` ended, in Monarch's words (``Killed(sig=9)``), or "" (running, or exited 0)."""
         try:
             with open(os.path.join(self._exits, str(pid))) as f:
-                status = int(f.read())
+                return exit_text(int(f.read()))
         except (OSError, ValueError):
             return ""
-        if os.WIFSIGNALED(status):
-            return f"Killed(sig={os.WTERMSIG(status)})"
-        code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1
-        return f"exited with non-zero code {code}" if code else ""
 
     def stop(self) -> None:
         """Ends the server (procs it forked live on, each with its client)."""
@@ -135,12 +134,9 @@ def _recv_request(conn: socket.socket) -> tuple[dict[str, Any], list[int]]:
         size = struct.unpack("!I", header)[0]
         if size > _MAX_REQUEST:
             raise ValueError(f"request of {size} bytes")
-        body = b""
-        while len(body) < size:
-            chunk = conn.recv(size - len(body))
-            if not chunk:
-                raise ValueError("request cut short")
-            body += chunk
+        body = recv_exactly(conn, size)
+        if len(body) != size:
+            raise ValueError("request cut short")
         request = json.loads(body)
         if not isinstance(request, dict) or not {"env", "cwd", "client_pid"} <= request.keys():
             raise ValueError("request without env, cwd and client_pid")

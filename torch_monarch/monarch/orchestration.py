@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import os
-from datetime import timedelta
 from typing import Any, Optional
 
 from monarch.actor import Actor, MeshFailure, endpoint, this_host
@@ -25,7 +24,7 @@ from torch_monarch.monarch.config import MonarchJobConfig
 from torch_monarch.monarch.lighthouse import LighthouseActor
 from torch_monarch.monarch.scheduler import ReplicaActorScheduler
 from torch_monarch.supervision.orchestrator import Orchestrator
-from torch_monarch.supervision.policy import RestartPolicy
+from torch_monarch.supervision.policy import replacement_policy
 from torch_monarch.supervision.rundir import RunDir
 from torch_monarch.supervision.scheduler.base import ReplicaSpec
 
@@ -62,7 +61,7 @@ class OrchestrationManager(Actor):
             self.scheduler,
             [ReplicaSpec(replica_id=rid, args=[], nproc_per_node=self.config.trainer.nproc) for rid in self.config.replica_ids],
             min_replicas=self.config.min_replicas,
-            replace_policy=RestartPolicy(max_restarts=self.config.replace_replicas, window=timedelta(hours=1), backoff=0),
+            replace_policy=replacement_policy(self.config.replace_replicas),
             run_dir=self.run_dir,
         )
         self.orchestrator.start()

@@ -39,7 +39,7 @@ from monarch.actor import Actor, MeshFailure, endpoint, this_host
 from monarch.spmd import setup_torch_elastic_env_async
 
 from torch_monarch.monarch.config import ReplicaConfig
-from torch_monarch.monarch.failure import crashed_ranks, trainer_failure
+from torch_monarch.monarch.failure import crashed_ranks, exit_text, trainer_failure
 from torch_monarch.monarch.forkserver import ProcForkserver
 from torch_monarch.monarch.trainer import TrainerActor
 from torch_monarch.supervision.failure import Failure, root_cause
@@ -91,9 +91,7 @@ def _zombie_exit_text(pid: int) -> str:
         status = int(fields[-1])
     except (OSError, IndexError, ValueError):
         return ""
-    if os.WIFSIGNALED(status):
-        return f"Killed(sig={os.WTERMSIG(status)})"
-    return f"exited with non-zero code {os.WEXITSTATUS(status)}" if os.WEXITSTATUS(status) else ""
+    return exit_text(status)
 
 
 class ReplicaActor(Actor):
