@@ -121,8 +121,7 @@ def _phase(name: str, setup: str, sync: str, args: argparse.Namespace, out: Path
             env=config["env"],
             lighthouse=config["lighthouse"],
             extra_args=config["extra_args"],
-            # CUDA does not survive a fork: GPU workers start as new interpreters.
-            preload=config["preload"] and args.device == "cpu",
+            preload=config["preload"],
             config=dataclasses.replace(DemoConfig(), device=args.device),
             orchestrator=config.get("orchestrator", "embedded"),
             stop_timeout=args.stop_timeout,

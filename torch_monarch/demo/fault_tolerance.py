@@ -98,8 +98,6 @@ def _phase_spec(args: argparse.Namespace, name: str, out: Path, inject: Optional
         config=dataclasses.replace(DemoConfig().with_env_overrides(), device=args.device),
         orchestrator=args.orchestrator,
         sync=SyncConfig(mode=args.sync, every=args.sync_every),
-        # CUDA does not survive a fork: GPU workers start as new interpreters.
-        preload=args.device == "cpu",
     )
 
 

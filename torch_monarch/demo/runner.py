@@ -56,7 +56,8 @@ class PhaseSpec:
     lighthouse: Optional[LighthouseConfig] = None
     #: further monarch-run flags (they override the ones above)
     extra_args: list[str] = field(default_factory=list)
-    #: fork workers from a preloaded forkserver (else new interpreters, like torchrun)
+    #: fork workers from a preloaded forkserver (else new interpreters, like torchrun); on CPU
+    #: only: CUDA does not survive a fork, so GPU workers always start as new interpreters
     preload: bool = True
     #: who supervises the replicas: "embedded" or "monarch" (real Monarch actors)
     orchestrator: str = "embedded"
@@ -81,7 +82,7 @@ class PhaseResult:
 
 
 def _args(spec: PhaseSpec) -> list[str]:
-    preload = ["--preload", "torch_monarch.demo.warmup"] if spec.preload else []
+    preload = ["--preload", "torch_monarch.demo.warmup"] if spec.preload and spec.config.device == "cpu" else []
     return [
         "--replicas",
         str(spec.replicas),

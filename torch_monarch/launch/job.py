@@ -17,7 +17,6 @@ import tempfile
 import threading
 import time
 from types import FrameType
-from datetime import timedelta
 from typing import Any, Optional
 
 from torch_monarch.launch.inject import FailureInjector, InjectionSpec
@@ -26,7 +25,7 @@ from torch_monarch.launch.status_view import StatusView
 from torch_monarch.quorum.lighthouse import EmbeddedLighthouse, LighthouseConfig
 from torch_monarch.supervision.failure import Failure
 from torch_monarch.supervision.orchestrator import Orchestrator
-from torch_monarch.supervision.policy import RestartPolicy
+from torch_monarch.supervision.policy import replacement_policy
 from torch_monarch.supervision.rundir import RunDir
 from torch_monarch.supervision.scheduler.base import ReplicaSpec, Scheduler
 from torch_monarch.supervision.scheduler.local import LocalScheduler
@@ -123,7 +122,7 @@ class Job:
             self.scheduler,
             self.replica_specs(),
             min_replicas=self.args.min_replicas,
-            replace_policy=RestartPolicy(max_restarts=self.args.replace_replicas, window=timedelta(hours=1), backoff=0),
+            replace_policy=replacement_policy(self.args.replace_replicas),
             run_dir=self.run_dir,
         )
         self.started_at = time.monotonic()

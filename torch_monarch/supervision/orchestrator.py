@@ -20,11 +20,10 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Callable, Optional, Sequence
 
 from torch_monarch.supervision.failure import Failure, FailureKind
-from torch_monarch.supervision.policy import RestartBudget, RestartPolicy
+from torch_monarch.supervision.policy import RestartBudget, RestartPolicy, replacement_policy
 from torch_monarch.supervision.rundir import RunDir
 from torch_monarch.supervision.scheduler.base import ReplicaSpec, ReplicaState, Scheduler
 from torch_monarch.supervision.supervisor import Supervisor
@@ -68,7 +67,7 @@ class Orchestrator(Supervisor):
         replicas: Sequence[ReplicaSpec],
         *,
         min_replicas: int = 1,
-        replace_policy: RestartPolicy = RestartPolicy(max_restarts=1, window=timedelta(hours=1), backoff=0),
+        replace_policy: RestartPolicy = replacement_policy(1),
         run_dir: Optional[RunDir] = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:

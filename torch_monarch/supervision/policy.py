@@ -12,7 +12,7 @@ from typing import Callable, Deque, Optional
 from torch_monarch._config import as_timedelta, coerce_durations
 from torch_monarch._env import with_env_overrides
 
-__all__ = ["Backoff", "RestartPolicy", "RestartBudget"]
+__all__ = ["Backoff", "RestartPolicy", "RestartBudget", "replacement_policy"]
 
 
 @dataclass(frozen=True)
@@ -72,6 +72,11 @@ class RestartPolicy:
         return RestartPolicy(
             env.max_restarts, env.restart_window, dataclasses.replace(self.backoff, initial=env.restart_backoff)
         )
+
+
+def replacement_policy(max_replacements: int) -> RestartPolicy:
+    """How often the orchestrator replaces one replica: ``max_replacements`` within an hour, without backoff."""
+    return RestartPolicy(max_restarts=max_replacements, window=timedelta(hours=1), backoff=0)
 
 
 @dataclass(frozen=True)
