@@ -128,11 +128,10 @@ def test_monarch_run_exports_sync_to_workers() -> None:
 
 
 def test_monarch_orchestrator_exports_sync_to_trainers() -> None:
-    from torch_monarch.monarch.job import job_config
-    from torch_monarch.quorum.lighthouse import LighthouseConfig
+    from torch_monarch.launch.config import job_config
 
     args = parse_args(["--orchestrator", "monarch", "--sync", "per-step", "--sync-every", "7", "train.py"])
-    env = job_config(args, "run", LighthouseConfig(), {"MONARCH_START_BARRIER": "1"}).trainer.env
+    env = job_config(args, env={"MONARCH_START_BARRIER": "1"}).worker_env()
     assert env == {"MONARCH_START_BARRIER": "1", "MONARCH_SYNC_MODE": "per-step", "MONARCH_SYNC_EVERY": "7"}
 
 

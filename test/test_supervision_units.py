@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Optional
 
 import pytest
@@ -27,8 +28,11 @@ from torch_monarch.supervision import (
     Supervisor,
     root_cause,
 )
+from torch_monarch.supervision.drills import DRILL_KINDS
 from torch_monarch.supervision.probes import HangConfig
-from torch_monarch.supervision.replica import ReplicaSupervisor
+from torch_monarch.supervision.replica_supervisor import ReplicaSupervisor
+from torch_monarch.supervision.rundir import AgentRecord, ControlRecord, DrillCommand, RunDir, WorkerRecord
+from torch_monarch.supervision.states import SupervisorState
 from torch_monarch.supervision.scheduler.base import ReplicaStatus
 
 pytestmark = pytest.mark.timeout(30)
@@ -270,6 +274,66 @@ def test_orchestrator_succeeds_when_all_replicas_finish() -> None:
         sched.states[record.handle] = ReplicaState.SUCCEEDED
     assert not orch.poll()
     assert orch.succeeded
+
+
+class EscalationReadingScheduler(FakeScheduler):
+    """Reports a failed allocation with the escalation record its replica wrote, like the real schedulers."""
+
+    def __init__(self, run_dir: RunDir) -> None:
+        super().__init__()
+        self.run_dir = run_dir
+
+    def status(self, handle: str) -> ReplicaStatus:
+        status = super().status(handle)
+        if status.state is ReplicaState.FAILED:
+            status.failure = self.run_dir.read_escalation(handle.split("/")[0])
+        return status
+
+
+def test_a_replica_escalation_is_marked_once_by_the_replica_supervisor(tmp_path: Path) -> None:
+    run_dir = RunDir(tmp_path)
+    sup = ReplicaSupervisor("0", RestartPolicy(max_restarts=0, window=100), run_dir)
+    crash = Failure(who="replica 0 / rank 1", kind=FailureKind.SIGNAL, time=1.0, message="SIGKILL", replica_id="0")
+    assert not sup.supervise(crash)
+    sup.escalate(crash, {0: 101, 1: 102})
+    assert json.loads(run_dir.escalation_path("0").read_text())["escalated_by"] == ["replica 0"]
+    agent = run_dir.read_agent("0")
+    assert agent is not None and agent.state is SupervisorState.ESCALATED and agent.workers == {0: 101, 1: 102}
+    assert agent.failure == crash.describe()
+
+    sched = EscalationReadingScheduler(run_dir)
+    orch = Orchestrator(sched, [ReplicaSpec("0", [])], min_replicas=1, replace_policy=RestartPolicy(max_restarts=0, window=100))
+    orch.start()
+    sched.states[orch.replicas["0"].handle] = ReplicaState.FAILED
+    assert not orch.poll()
+    assert orch.fatal is not None and orch.fatal.escalated_by == ("replica 0",)
+    assert orch.fatal.message == "SIGKILL"
+
+
+def test_run_dir_records_round_trip_through_their_files(tmp_path: Path) -> None:
+    run_dir = RunDir(tmp_path)
+    assert run_dir.read_agent("0") is None and run_dir.read_worker("0", 0) is None
+    agent = AgentRecord("0", pid=7, state=SupervisorState.RESTARTING, restarts=2, workers={0: 11}, t=3.0, delay_s=0.5)
+    run_dir.write_agent(agent)
+    assert run_dir.read_agent("0") == agent
+    assert json.loads(run_dir.agent_path("0").read_text())["workers"] == {"0": 11}  # JSON keys are strings
+    worker = WorkerRecord(pid=11, replica_id="0", rank=0, attempt=1, state="training", started=1.0, t=2.0, step=5,
+                          fields={"loss": 2.5, "quorum_id": 3, "participants": 2})
+    run_dir.write_worker(worker)
+    back = run_dir.read_worker("0", 0)
+    assert back == worker and back.loss == 2.5 and back.quorum_id == 3 and back.participants == 2
+    assert run_dir.read_control() == ControlRecord()
+    run_dir.write_control(ControlRecord(start=True, stop_at_step=40))
+    assert run_dir.read_control() == ControlRecord(start=True, stop_at_step=40)
+    run_dir.write_drill("0", 1, DrillCommand(4, "exc", 9.0))
+    assert run_dir.take_drill("0", 1) == DrillCommand(4, "exc", 9.0)
+    assert run_dir.take_drill("0", 1) is None  # a drill runs once
+
+
+def test_every_drill_kind_is_injectable_and_one_is_unknown() -> None:
+    assert InjectionSpec(kinds=DRILL_KINDS).kinds == DRILL_KINDS
+    with pytest.raises(ValueError, match="choose from kill, segv, hang, comm, exc, exit, cuda"):
+        InjectionSpec(kinds=("kill", "flood"))
 
 
 # -- drills ------------------------------------------------------------------

@@ -17,6 +17,8 @@ from typing import Any, Optional
 
 import torch
 
+from torch_monarch.supervision.drills import worker_drill_kinds
+from torch_monarch.supervision.events import Event
 from torch_monarch.supervision.rundir import RunDir
 
 __all__ = ["Commit", "FailureRecord", "RunData", "analyse_failures", "eval_final_params", "load_run", "missed_syncs", "participants_per_sync"]
@@ -77,19 +79,19 @@ class RunData:
 def load_run(run_dir: Path) -> RunData:
     rd = RunDir(run_dir)
     events = rd.events()
-    start = next((e["t"] for e in events if e["event"] == "window_start"), events[0]["t"] if events else 0.0)
-    end = next((e["t"] for e in events if e["event"] == "window_end"), start)
+    start = next((e["t"] for e in events if e["event"] == Event.WINDOW_START), events[0]["t"] if events else 0.0)
+    end = next((e["t"] for e in events if e["event"] == Event.WINDOW_END), start)
     commits: dict[str, list[Commit]] = {}
     for replica in rd.replica_ids():
         commits[replica] = sorted(
             (
                 Commit(
-                    t=float(r["t"]),
+                    t=r.t,
                     replica=replica,
-                    step=int(r["step"]),
-                    loss=float(r.get("loss", float("nan"))),
-                    quorum_id=r.get("quorum_id"),
-                    participants=r.get("participants"),
+                    step=r.step,
+                    loss=float(r.fields.get("loss", float("nan"))),
+                    quorum_id=r.fields.get("quorum_id"),
+                    participants=r.fields.get("participants"),
                 )
                 for r in rd.iter_steps(replica)
             ),
@@ -144,7 +146,7 @@ class FailureRecord:
         return data
 
 
-def _first(events: list[dict[str, Any]], name: str, replica: str, after: float) -> Optional[dict[str, Any]]:
+def _first(events: list[dict[str, Any]], name: Event, replica: str, after: float) -> Optional[dict[str, Any]]:
     for e in events:
         if e["event"] == name and str(e.get("replica")) == replica and e["t"] >= after:
             return e
@@ -163,13 +165,13 @@ def _max_gap(commits: list[Commit], start: float, end: float) -> Optional[float]
 
 def analyse_failures(run: RunData, replicas: int) -> list[FailureRecord]:
     records = []
-    injects = [e for e in run.events if e["event"] == "inject"]
+    injects = [e for e in run.events if e["event"] == Event.INJECT]
     for n, inj in enumerate(injects):
         replica = str(inj["replica"])
         t_inj = float(inj["t"])
         # A drill (exception, collective failure) happens when the worker runs it.
-        ran = _first(run.events, "injected", replica, t_inj)
-        if ran is not None and inj["kind"] in ("comm", "exc", "exit", "cuda") and ran["t"] - t_inj < 30:
+        ran = _first(run.events, Event.INJECTED, replica, t_inj)
+        if ran is not None and inj["kind"] in worker_drill_kinds() and ran["t"] - t_inj < 30:
             t_inj = float(ran["t"])
         next_inj = float(injects[n + 1]["t"]) if n + 1 < len(injects) else float("inf")
         rec = FailureRecord(
@@ -179,18 +181,18 @@ def analyse_failures(run: RunData, replicas: int) -> list[FailureRecord]:
             rank=int(inj.get("rank", -1)),
             injected_s=run.rel(t_inj),
         )
-        detected = _first(run.events, "detected", replica, t_inj - 0.5)
+        detected = _first(run.events, Event.DETECTED, replica, t_inj - 0.5)
         if detected is not None:
             rec.detected_s = run.rel(detected["t"])
             rec.detected_as = f"{detected.get('kind')}: {str(detected.get('message', ''))[:60]}"
             restarted = next(
-                (e for e in run.events if e["event"] == "workers_started" and str(e.get("replica")) == replica and e["t"] >= detected["t"]),
+                (e for e in run.events if e["event"] == Event.WORKERS_STARTED and str(e.get("replica")) == replica and e["t"] >= detected["t"]),
                 None,
             )
             if restarted is not None:
                 rec.restarted_s = run.rel(restarted["t"])
-                healed = _first(run.events, "healed", replica, restarted["t"])
-                rejoined = _first(run.events, "rejoined", replica, restarted["t"])
+                healed = _first(run.events, Event.HEALED, replica, restarted["t"])
+                rejoined = _first(run.events, Event.REJOINED, replica, restarted["t"])
                 if healed is not None:
                     rec.healed_s = run.rel(healed["t"])
                 if rejoined is not None:
@@ -212,7 +214,7 @@ def analyse_failures(run: RunData, replicas: int) -> list[FailureRecord]:
         rec.healthy_missed_syncs = sum(
             1
             for e in run.events
-            if e["event"] == "sync_failed" and not e.get("work_kept") and str(e.get("replica")) != replica and t_inj <= e["t"] <= end
+            if e["event"] == Event.SYNC_FAILED and not e.get("work_kept") and str(e.get("replica")) != replica and t_inj <= e["t"] <= end
         )
         if rec.rejoined_s is not None:
             t_rejoin = run.window_start + rec.rejoined_s
@@ -236,7 +238,7 @@ def missed_syncs(run: RunData, failures: list[FailureRecord], *, work_kept: bool
     failing = [(f.replica, run.window_start + f.injected_s, run.window_start + (f.rejoined_s or f.injected_s + 30.0)) for f in failures]
     count = 0
     for e in run.events:
-        if e["event"] != "sync_failed" or bool(e.get("work_kept")) != work_kept or not run.window_start <= e["t"] <= run.window_end:
+        if e["event"] != Event.SYNC_FAILED or bool(e.get("work_kept")) != work_kept or not run.window_start <= e["t"] <= run.window_end:
             continue
         replica = str(e.get("replica"))
         if not any(replica == r and a <= e["t"] <= b for r, a, b in failing):

@@ -29,14 +29,18 @@ from typing import Any, Optional, Sequence
 
 from torch_monarch.demo.config import DemoConfig
 from torch_monarch.demo.runner import PhaseResult, PhaseSpec, run_phase
+from torch_monarch.launch.backends import BACKENDS
 from torch_monarch.launch.inject import InjectionSpec
 from torch_monarch.quorum.sync import SYNC_MODES, SyncConfig
+from torch_monarch.supervision.drills import DRILLS
 
 __all__ = ["main"]
 
+# The demo's drills (supervision.drills.DRILLS): every kind but "exit", whose
+# exit code looks like any other to the supervisor.
 DEFAULT_KINDS = ("kill", "segv", "hang", "comm", "exc")
-# On GPUs also a CUDA error in the step; "comm" then aborts a collective on CUDA tensors.
-GPU_KINDS = DEFAULT_KINDS + ("cuda",)
+# On GPUs also the GPU-only drills (a CUDA error in the step); "comm" then aborts a collective on CUDA tensors.
+GPU_KINDS = DEFAULT_KINDS + tuple(d.kind for d in DRILLS.values() if d.gpu_only)
 
 
 def _schedule(duration: float, every: float) -> InjectionSpec:
@@ -75,7 +79,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--status", choices=["live", "log", "none"], default="", help="progress view (default: live on a terminal)")
     p.add_argument(
         "--orchestrator",
-        choices=["embedded", "monarch"],
+        choices=list(BACKENDS),
         default="embedded",
         help="who supervises the replicas: embedded (default) or monarch (real Monarch actors; pip install 'torch_monarch[monarch]')",
     )

@@ -7,10 +7,15 @@ from pathlib import Path
 from typing import Sequence
 
 from torch_monarch.demo.analysis import FailureRecord, RunData
+from torch_monarch.supervision.drills import DRILL_KINDS
+from torch_monarch.supervision.events import Event
 
 __all__ = ["plot_timeline"]
 
-_COLORS = {"kill": "tab:red", "segv": "tab:purple", "hang": "tab:orange", "comm": "tab:blue", "exc": "tab:brown", "exit": "tab:gray", "cuda": "tab:olive"}
+
+def _color(kind: str) -> str:
+    """One colour per drill kind (matplotlib's colour cycle, in the drill table's order)."""
+    return f"C{DRILL_KINDS.index(kind) % 10}" if kind in DRILL_KINDS else "k"
 
 
 def _smooth(values: list[float], n: int) -> list[float]:
@@ -42,7 +47,7 @@ def _loss_series(run: RunData, smooth: int = 25) -> tuple[list[float], list[floa
 
 
 def _failed_syncs(run: RunData) -> tuple[list[float], list[int]]:
-    events = [e for e in run.events if e["event"] == "sync_failed"]
+    events = [e for e in run.events if e["event"] == Event.SYNC_FAILED]
     return [run.rel(e["t"]) for e in events], [int(e.get("participants") or 0) for e in events]
 
 
@@ -64,7 +69,7 @@ def plot_timeline(
     if ft:
         ax_q.plot(ft, fn, "kx", ms=6, label="outer sync not committed" if synced_every > 1 else "step not committed")
     for f in failures:
-        color = _COLORS.get(f.kind, "k")
+        color = _color(f.kind)
         ax_q.axvline(f.injected_s, color=color, ls="--", lw=1)
         ax_q.text(f.injected_s, replicas + 0.15, f"{f.kind} r{f.replica}", color=color, fontsize=8, ha="center")
         if f.rejoined_s is not None:
@@ -84,7 +89,7 @@ def plot_timeline(
     ax_loss.plot(bt, bv, color="0.6", lw=1.2, label="failure-free run")
     ax_loss.plot(lt, lv, color="tab:green", lw=1.5, label="with failures")
     for f in failures:
-        ax_loss.axvline(f.injected_s, color=_COLORS.get(f.kind, "k"), ls="--", lw=1)
+        ax_loss.axvline(f.injected_s, color=_color(f.kind), ls="--", lw=1)
     ax_loss.set_ylabel("training loss (smoothed)")
     ax_loss.set_xlabel("seconds since all replicas were training")
     ax_loss.set_xlim(0, max(run.duration_s, baseline.duration_s))

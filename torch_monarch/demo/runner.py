@@ -22,12 +22,15 @@ from typing import Optional
 from torch_monarch._config import coerce_durations
 from torch_monarch.demo.config import DemoConfig
 from torch_monarch.launch.args import parse_args
+from torch_monarch.launch.backends import make_backend, stop_shielded
+from torch_monarch.launch.config import job_config
 from torch_monarch.launch.inject import FailureInjector, Injection, InjectionSpec
-from torch_monarch.launch.job import Job, make_job
-from torch_monarch.launch.status_view import StatusView, replica_rows
+from torch_monarch.launch.status_view import StatusView, all_training, replica_rows
 from torch_monarch.quorum.lighthouse import LighthouseConfig
 from torch_monarch.quorum.sync import SyncConfig
-from torch_monarch.supervision.rundir import read_json, write_json
+from torch_monarch.supervision.events import Event
+from torch_monarch.supervision.rundir import ControlRecord, RunDir
+from torch_monarch.supervision.states import WorkerState
 
 __all__ = ["PhaseResult", "PhaseSpec", "run_phase"]
 
@@ -112,11 +115,11 @@ def _args(spec: PhaseSpec) -> list[str]:
     ]
 
 
-def _all_ready(job: Job, workers: int) -> bool:
-    for replica_id in job.replica_ids:
+def _all_ready(run_dir: RunDir, replica_ids: list[str], workers: int) -> bool:
+    for replica_id in replica_ids:
         for rank in range(workers):
-            status = read_json(job.run_dir.worker_path(replica_id, rank))
-            if not status or status.get("state") != "ready":
+            status = run_dir.read_worker(replica_id, rank)
+            if status is None or status.state != WorkerState.READY:
                 return False
     return True
 
@@ -130,24 +133,26 @@ def run_phase(spec: PhaseSpec) -> PhaseResult:
     lighthouse = None
     if spec.lighthouse is not None:
         lighthouse = dataclasses.replace(spec.lighthouse, min_replicas=spec.min_replicas)
-    job = make_job(args, lighthouse=lighthouse, env={**spec.config.to_env(), "MONARCH_START_BARRIER": "1", **spec.env})
-    view = StatusView(job.run_dir, job.replica_ids, mode=spec.status, title=f"monarch demo: {spec.name}", log_every_s=10.0)
-    injector = FailureInjector(job.run_dir, spec.inject, job.replica_ids) if spec.inject else None
+    config = job_config(args, lighthouse=lighthouse, env={**spec.config.to_env(), "MONARCH_START_BARRIER": "1", **spec.env})
+    job = make_backend(config)
+    run_dir, replica_ids = RunDir(config.run_dir), config.replica_ids
+    view = StatusView(run_dir, replica_ids, mode=spec.status, title=f"monarch demo: {spec.name}", log_every_s=10.0)
+    injector = FailureInjector(run_dir, spec.inject, replica_ids) if spec.inject else None
     result = PhaseResult(spec)
     job.start()
     try:
         # 1. Start-up: every worker of every replica ready, then all start together.
         deadline = time.monotonic() + spec.startup_timeout.total_seconds()
-        while not _all_ready(job, spec.workers):
+        while not _all_ready(run_dir, replica_ids, spec.workers):
             if not job.poll() or time.monotonic() > deadline:
                 result.message = "replicas did not all start"
                 return result
             view.refresh(extra="starting replicas")
             time.sleep(0.2)
-        write_json(job.run_dir.control_path, {"start": True})
+        run_dir.write_control(ControlRecord(start=True))
         result.window_start = time.time()
         result.load_average.append(os.getloadavg()[0])
-        job.run_dir.event("window_start", phase=spec.name)
+        run_dir.event(Event.WINDOW_START, phase=spec.name)
         if injector is not None:
             injector.start()
         # 2. The measured window.
@@ -163,18 +168,18 @@ def run_phase(spec: PhaseSpec) -> PhaseResult:
             time.sleep(0.2)
         result.window_end = time.time()
         result.load_average.append(os.getloadavg()[0])
-        job.run_dir.event("window_end", phase=spec.name)
+        run_dir.event(Event.WINDOW_END, phase=spec.name)
         if injector is not None:
             result.injections = list(injector.injections)
         # 3. Stop every replica at one step, once all are back in the quorum.
         deadline = time.monotonic() + spec.stop_timeout.total_seconds()
-        while not job.all_training() and time.monotonic() < deadline and job.poll():
+        while not all_training(run_dir, replica_ids) and time.monotonic() < deadline and job.poll():
             view.refresh(extra="waiting for all replicas before stopping")
             time.sleep(0.2)
-        steps = [row.step or 0 for row in replica_rows(job.run_dir, job.replica_ids)]
+        steps = [row.step or 0 for row in replica_rows(run_dir, replica_ids)]
         result.stop_step = max(steps) + 5
-        write_json(job.run_dir.control_path, {"start": True, "stop_at_step": result.stop_step})
-        job.run_dir.event("stop_requested", step=result.stop_step)
+        run_dir.write_control(ControlRecord(start=True, stop_at_step=result.stop_step))
+        run_dir.event(Event.STOP_REQUESTED, step=result.stop_step)
         while job.poll() and time.monotonic() < deadline:
             view.refresh(extra=f"stopping at step {result.stop_step}")
             time.sleep(0.2)
@@ -183,6 +188,6 @@ def run_phase(spec: PhaseSpec) -> PhaseResult:
             result.message = "replicas did not all finish cleanly"
         return result
     finally:
-        job.stop()
+        stop_shielded(job)
         view.refresh()
         view.close()

@@ -43,6 +43,8 @@ from torch_monarch.demo.data import MarkovData
 from torch_monarch.demo.model import TinyLM
 from torch_monarch.quorum import DiLoCoSync, QuorumConfig, SyncConfig, make_manager
 from torch_monarch.quorum.sync import broadcast_replica_state, optimizer_tensors, replica_any
+from torch_monarch.supervision.events import Event
+from torch_monarch.supervision.states import WorkerState
 
 logger: logging.Logger = logging.getLogger("torch_monarch.demo.train")
 
@@ -140,11 +142,11 @@ class _Loop:
         if self.rank != 0:
             return
         if quorum_id != self.last_quorum:
-            supervision.worker.event("quorum", quorum_id=quorum_id, participants=participants, step=step)
+            supervision.worker.event(Event.QUORUM, quorum_id=quorum_id, participants=participants, step=step)
             self.last_quorum = quorum_id
         if not committed:
             supervision.worker.event(
-                "sync_failed", step=step, quorum_id=quorum_id, participants=participants, work_kept=work_kept
+                Event.SYNC_FAILED, step=step, quorum_id=quorum_id, participants=participants, work_kept=work_kept
             )
             return
         # A sync that healed this replica: its loss was of weights the heal replaced, so none is recorded.
@@ -152,7 +154,7 @@ class _Loop:
         supervision.record_step(step, quorum_id=quorum_id, participants=participants, **fields)
         if self.healed_at:
             self.healed_at.clear()
-            supervision.worker.event("rejoined", step=step, quorum_id=quorum_id, participants=participants)
+            supervision.worker.event(Event.REJOINED, step=step, quorum_id=quorum_id, participants=participants)
 
     def per_step(self) -> None:
         """Quorum, gradients averaged across replicas and a commit decision at every step."""
@@ -163,7 +165,7 @@ class _Loop:
             loss, flat = self._replica_grads(before)
             # Waiting for the quorum or for other replicas is not a hang of this
             # worker: the hang probe's progress timeout only covers "training".
-            supervision.report_progress(before, state="syncing")
+            supervision.report_progress(before, state=WorkerState.SYNCING)
             manager.allreduce(flat).wait()  # across replicas; errors only fail this step
             _set_grads(self.params, flat)
             committed = manager.should_commit()
@@ -192,7 +194,7 @@ class _Loop:
             _set_grads(self.params, flat)
             losses.append(loss)
             if diloco.syncs_next:
-                supervision.report_progress(outer, state="syncing")
+                supervision.report_progress(outer, state=WorkerState.SYNCING)
             result = diloco.step()
             self.scheduler.step()
             self.optimizer.zero_grad(set_to_none=True)
@@ -215,7 +217,7 @@ def main() -> None:
     # Within the replica: the monarch backend (env:// from the elastic agent).
     dist.init_process_group(cfg.backend, timeout=cfg.pg_timeout)
     rank, world = dist.get_rank(), dist.get_world_size()
-    supervision.worker.event("group_ready")
+    supervision.worker.event(Event.GROUP_READY)
 
     device = _device(cfg, replica)
     if device.type == "cuda":
@@ -248,7 +250,7 @@ def main() -> None:
         step = manager.current_step()
         if step > 0 and rank == 0:  # step 0: the initial sync at job start
             healed_at.append(step)
-            supervision.worker.event("healed", step=step, quorum_id=manager._quorum_id)
+            supervision.worker.event(Event.HEALED, step=step, quorum_id=manager._quorum_id)
 
     # Across replicas: TorchFT's Manager with ProcessGroupMonarch. DiLoCo
     # heals at the start of an outer sync, so it needs a synchronous quorum.
@@ -260,9 +262,9 @@ def main() -> None:
         config=QuorumConfig(min_replica_size=1).with_env_overrides(),
         use_async_quorum=sync.mode == "per-step",
     )
-    supervision.worker.event("manager_ready", sync=sync.mode, sync_every=sync.every)
+    supervision.worker.event(Event.MANAGER_READY, sync=sync.mode, sync_every=sync.every)
     supervision.wait_for_start()  # the demo starts all replicas together
-    supervision.report_progress(manager.current_step(), state="training")
+    supervision.report_progress(manager.current_step(), state=WorkerState.TRAINING)
     loop = _Loop(cfg, manager, model, optimizer, scheduler, trainer, replica, rank, world, healed_at, healed_rank)
     if sync.mode == "diloco":
         with DiLoCoSync(manager, model, optimizer, sync) as diloco:
@@ -283,7 +285,7 @@ def main() -> None:
             },
             final / f"replica_{replica}_rank_{rank}.pt",
         )
-    supervision.report_progress(manager.current_step(), state="done")
+    supervision.report_progress(manager.current_step(), state=WorkerState.DONE)
     manager.shutdown(wait=False)
     dist.destroy_process_group()
 

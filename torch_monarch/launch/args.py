@@ -22,6 +22,8 @@ from datetime import timedelta
 from typing import Optional, Sequence
 
 from torch_monarch._config import Config
+from torch_monarch.job.config import sync_env as job_sync_env
+from torch_monarch.launch.backends import BACKENDS
 from torch_monarch.supervision.policy import Backoff, RestartPolicy
 from torch_monarch.supervision.probes import HangConfig
 from torch_monarch.quorum.sync import SYNC_MODES
@@ -156,7 +158,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     _add(
         group,
         "--orchestrator",
-        choices=["embedded", "monarch"],
+        choices=list(BACKENDS),
         default=defaults.orchestrator,
         help="Who supervises the replicas: embedded (torchrun's elastic agent; default) or monarch "
         "(real Monarch actors; pip install 'torch_monarch[monarch]').",
@@ -195,9 +197,4 @@ def hang_config(args: argparse.Namespace) -> HangConfig:
 
 def sync_env(args: argparse.Namespace) -> dict[str, str]:
     """The workers' ``MONARCH_SYNC_*`` environment for ``--sync``/``--sync-every`` (only those given)."""
-    env = {}
-    if args.sync is not None:
-        env["MONARCH_SYNC_MODE"] = args.sync
-    if args.sync_every is not None:
-        env["MONARCH_SYNC_EVERY"] = str(args.sync_every)
-    return env
+    return job_sync_env(args.sync, args.sync_every)

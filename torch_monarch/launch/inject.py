@@ -1,25 +1,13 @@
 """Failure drills: ``--inject-failures every=20s,kinds=kill,segv,hang,comm,seed=1``.
 
-Kinds and how they are caused:
-
-========  =====================================================  ===================
-kind      what happens to one worker of one replica              observed as
-========  =====================================================  ===================
-kill      SIGKILL                                                 signal
-segv      SIGSEGV (faulthandler dumps its Python stacks)          signal + stacks
-hang      SIGSTOP: alive but frozen                               hang
-comm      aborts its replica's process group mid-training         collective error
-exc       raises an exception in the training loop                exception + traceback
-exit      exits with code 3                                       exit code
-cuda      a CUDA error in its step (an out-of-range GPU index)    exception + traceback
-========  =====================================================  ===================
-
-Signals go to the worker's pid (as reported in its status file); the
-others are drill commands the worker runs at its next ``report_progress``.
-Kinds are used in the given order, round robin, so every kind occurs;
-the victim (replica, rank) is drawn with ``seed``. A failure is injected
-only into a replica whose workers are all training, so one failure is
-recovered before the next hits the same replica.
+The kinds, what each does to one worker of one replica and how supervision
+observes it are the table :data:`~torch_monarch.supervision.drills.DRILLS`.
+A drill with a signal is sent to the worker's pid (as reported in its
+status file); the others are drill commands the worker runs at its next
+``report_progress``. Kinds are used in the given order, round robin, so
+every kind occurs; the victim (replica, rank) is drawn with ``seed``. A
+failure is injected only into a replica whose workers are all training, so
+one failure is recovered before the next hits the same replica.
 """
 
 from __future__ import annotations
@@ -28,22 +16,20 @@ import logging
 import os
 import random
 import re
-import signal
 import time
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Callable, Optional, Sequence
 
 from torch_monarch._config import coerce_durations
-from torch_monarch.supervision.rundir import RunDir, read_json, write_json
-from torch_monarch.supervision.worker import ACTIVE_STATES
+from torch_monarch.supervision.drills import DEFAULT_DRILL_KINDS, DRILL_KINDS, DRILLS
+from torch_monarch.supervision.events import Event
+from torch_monarch.supervision.rundir import DrillCommand, RunDir
+from torch_monarch.supervision.states import ACTIVE_WORKER_STATES, SupervisorState
 
-__all__ = ["FailureInjector", "Injection", "InjectionSpec", "KINDS"]
+__all__ = ["FailureInjector", "Injection", "InjectionSpec"]
 
 logger: logging.Logger = logging.getLogger(__name__)
-
-KINDS = ("kill", "segv", "hang", "comm", "exc", "exit", "cuda")
-_SIGNALS = {"kill": signal.SIGKILL, "segv": signal.SIGSEGV, "hang": signal.SIGSTOP}
 
 
 _UNITS = {"ms": timedelta(milliseconds=1), "s": timedelta(seconds=1), "m": timedelta(minutes=1)}
@@ -63,7 +49,7 @@ class InjectionSpec:
 
     Attributes:
         every: time between injections.
-        kinds: kinds to cycle through (see the module docstring).
+        kinds: kinds to cycle through (:data:`~torch_monarch.supervision.drills.DRILLS`).
         seed: victim selection seed.
         start: first injection, after training starts (default ``every``).
         until: no injection after this long.
@@ -71,7 +57,7 @@ class InjectionSpec:
     """
 
     every: timedelta = timedelta(seconds=20)
-    kinds: tuple[str, ...] = ("kill", "segv", "hang", "comm")
+    kinds: tuple[str, ...] = DEFAULT_DRILL_KINDS
     seed: int = 0
     start: Optional[timedelta] = None
     until: Optional[timedelta] = None
@@ -79,9 +65,9 @@ class InjectionSpec:
 
     def __post_init__(self) -> None:
         coerce_durations(self)
-        unknown = [k for k in self.kinds if k not in KINDS]
+        unknown = [k for k in self.kinds if k not in DRILLS]
         if unknown or not self.kinds:
-            raise ValueError(f"unknown failure kinds {unknown}; choose from {', '.join(KINDS)}")
+            raise ValueError(f"unknown failure kinds {unknown}; choose from {', '.join(DRILL_KINDS)}")
         if self.every <= timedelta(0):
             raise ValueError("every must be positive")
 
@@ -180,18 +166,18 @@ class FailureInjector:
         """(replica, rank, pid) of workers in replicas whose workers are all training."""
         out = []
         for replica_id in self.replica_ids:
-            agent = read_json(self.run_dir.agent_path(replica_id)) or {}
-            if agent.get("state") != "running":
+            agent = self.run_dir.read_agent(replica_id)
+            if agent is None or agent.state != SupervisorState.RUNNING:
                 continue
-            workers = agent.get("workers") or {}
+            pids = set(agent.workers.values())
             statuses = []
-            for rank in range(len(workers)):
-                status = read_json(self.run_dir.worker_path(replica_id, rank))
-                if not status or status.get("state") not in ACTIVE_STATES or status.get("pid") not in workers.values():
+            for rank in range(len(agent.workers)):
+                status = self.run_dir.read_worker(replica_id, rank)
+                if status is None or status.state not in ACTIVE_WORKER_STATES or status.pid not in pids:
                     break
                 statuses.append(status)
             else:
-                out.extend((replica_id, int(s["rank"]), int(s["pid"])) for s in statuses)
+                out.extend((replica_id, s.rank, s.pid) for s in statuses)
         return out
 
     def tick(self) -> Optional[Injection]:
@@ -213,7 +199,7 @@ class FailureInjector:
 
     def _inject(self, injection: Injection) -> None:
         self.run_dir.event(
-            "inject",
+            Event.INJECT,
             t=injection.t,
             id=injection.id,
             kind=injection.kind,
@@ -225,14 +211,11 @@ class FailureInjector:
         logger.warning(
             "injecting %s into replica %s rank %d (pid %d)", injection.kind, injection.replica_id, injection.rank, injection.pid
         )
-        sig = _SIGNALS.get(injection.kind)
+        sig = DRILLS[injection.kind].signal
         if sig is not None:
             try:
                 os.kill(injection.pid, sig)
             except ProcessLookupError:
                 logger.warning("injection target pid %d already gone", injection.pid)
             return
-        write_json(
-            self.run_dir.drill_path(injection.replica_id, injection.rank),
-            {"id": injection.id, "kind": injection.kind, "t": injection.t},
-        )
+        self.run_dir.write_drill(injection.replica_id, injection.rank, DrillCommand(injection.id, injection.kind, injection.t))

@@ -2,7 +2,7 @@
 
 ``python -m torch_monarch.run --replica-id 2 --lighthouse ADDR ... train.py``
 is what a scheduler runs for each replica (the orchestrator builds the
-command with :func:`replica_args`). It is torchrun's agent for this
+command with :func:`~torch_monarch.launch.embedded.agent_args`). It is torchrun's agent for this
 replica's workers (same rendezvous, environment, log handling), supervised
 by a :class:`ReplicaSupervisor`.
 """
@@ -13,19 +13,18 @@ import argparse
 import logging
 import os
 import uuid
-from typing import Optional
 
 from torch_monarch.launch.args import hang_config, restart_policy, sync_env
 from torch_monarch.supervision.replica import ReplicaOptions, run_replica
 from torch_monarch.supervision.rundir import RunDir
 
-__all__ = ["replica_args", "run_replica_mode"]
+__all__ = ["run_replica_mode"]
 
 logger: logging.Logger = logging.getLogger(__name__)
 
 
 def _master_port_given(args: argparse.Namespace) -> bool:
-    """Whether a master port was asked for: replica_args never passes one, so only PET_MASTER_PORT can.
+    """Whether a master port was asked for: agent_args never passes one, so only PET_MASTER_PORT can.
 
     torch before 2.12 defaults --master-port to 29500 rather than None, which
     would give every replica on a host the same port.
@@ -77,54 +76,3 @@ def run_replica_mode(args: argparse.Namespace) -> int:
         env=env,
     )
     return run_replica(config, cmd, cmd_args, options)
-
-
-def replica_args(args: argparse.Namespace, replica_id: str, lighthouse: str, run_dir: Optional[RunDir]) -> list[str]:
-    """Flags of the replica agent command for ``replica_id`` (besides --nnodes/--nproc-per-node)."""
-    out = [
-        "--replica-id",
-        replica_id,
-        "--replicas",
-        str(args.replicas),
-        "--min-replicas",
-        str(args.min_replicas),
-        "--max-restarts",
-        str(args.max_restarts),
-        "--restart-window",
-        str(args.restart_window),
-        "--restart-backoff",
-        str(args.restart_backoff),
-        "--hang-timeout",
-        str(args.hang_timeout),
-        "--monitor-interval",
-        str(args.monitor_interval),
-        "--redirects",
-        str(args.redirects),
-        "--tee",
-        str(args.tee),
-    ]
-    if lighthouse:
-        out += ["--lighthouse", lighthouse]
-    if run_dir is not None:
-        out += ["--run-dir", str(run_dir.root)]
-    if args.no_hang_detection:
-        out.append("--no-hang-detection")
-    if args.sync is not None:
-        out += ["--sync", args.sync]
-    if args.sync_every is not None:
-        out += ["--sync-every", str(args.sync_every)]
-    if args.preload:
-        out += ["--preload", args.preload]
-    else:
-        out += ["--start-method", args.start_method]
-        if args.run_path:
-            out.append("--run-path")
-    if args.module:
-        out.append("--module")
-    if args.no_python:
-        out.append("--no-python")
-    if args.role != "default":
-        out += ["--role", args.role]
-    out.append(args.training_script)
-    out += list(args.training_script_args)
-    return out

@@ -11,10 +11,11 @@ import time
 from dataclasses import dataclass
 from typing import IO, Any, Optional
 
-from torch_monarch.supervision.rundir import RunDir, read_json, read_jsonl
-from torch_monarch.supervision.worker import ACTIVE_STATES
+from torch_monarch.supervision.events import Event
+from torch_monarch.supervision.rundir import AgentRecord, RunDir, WorkerRecord, read_jsonl
+from torch_monarch.supervision.states import ACTIVE_WORKER_STATES, SupervisorState, WorkerState
 
-__all__ = ["ReplicaRow", "StatusView", "replica_rows"]
+__all__ = ["ReplicaRow", "StatusView", "all_training", "replica_rows"]
 
 
 @dataclass
@@ -28,41 +29,51 @@ class ReplicaRow:
     loss: Optional[float]
 
 
-def _replica_state(agent: dict[str, Any], workers: list[Optional[dict[str, Any]]]) -> str:
-    state = str(agent.get("state", "pending"))
-    if state != "running":
-        return state
-    live_pids = set((agent.get("workers") or {}).values())
-    current = [w for w in workers if w and w.get("pid") in live_pids]
-    if len(current) < len(live_pids) or any(w.get("state") == "starting" for w in current):
-        return "starting"
-    states = {w.get("state") for w in current}
-    if "healing" in states:
-        return "healing"
-    if states <= ACTIVE_STATES:
-        return "training"
-    return "/".join(sorted(str(s) for s in states)) or "starting"
+def _replica_state(agent: Optional[AgentRecord], workers: list[Optional[WorkerRecord]]) -> str:
+    """The replica's state in a word: the supervisor's, refined by its workers' while it runs."""
+    if agent is None:
+        return SupervisorState.PENDING.value
+    if agent.state != SupervisorState.RUNNING:
+        return agent.state.value
+    live_pids = set(agent.workers.values())
+    current = [w for w in workers if w is not None and w.pid in live_pids]
+    if len(current) < len(live_pids) or any(w.state == WorkerState.STARTING for w in current):
+        return WorkerState.STARTING.value
+    states = {w.state for w in current}
+    if WorkerState.HEALING in states:
+        return WorkerState.HEALING.value
+    if states <= ACTIVE_WORKER_STATES:
+        return WorkerState.TRAINING.value
+    return "/".join(sorted(states)) or WorkerState.STARTING.value
 
 
 def replica_rows(run_dir: RunDir, replica_ids: list[str]) -> list[ReplicaRow]:
     rows = []
     for replica_id in replica_ids:
-        agent = read_json(run_dir.agent_path(replica_id)) or {}
-        n = max(1, len(agent.get("workers") or {}))
-        workers = [read_json(run_dir.worker_path(replica_id, r)) for r in range(n)]
-        lead = workers[0] or {}
+        agent = run_dir.read_agent(replica_id)
+        n = max(1, len(agent.workers) if agent is not None else 0)
+        workers = [run_dir.read_worker(replica_id, r) for r in range(n)]
+        lead = workers[0]
         rows.append(
             ReplicaRow(
                 replica_id=replica_id,
                 state=_replica_state(agent, workers),
-                quorum_id=lead.get("quorum_id"),
-                step=lead.get("step"),
-                participants=lead.get("participants"),
-                restarts=int(agent.get("restarts", 0)),
-                loss=lead.get("loss"),
+                quorum_id=lead.quorum_id if lead is not None else None,
+                step=lead.step if lead is not None else None,
+                participants=lead.participants if lead is not None else None,
+                restarts=agent.restarts if agent is not None else 0,
+                loss=lead.loss if lead is not None else None,
             )
         )
     return rows
+
+
+def all_training(run_dir: RunDir, replica_ids: list[str]) -> bool:
+    """True once every replica's workers train in one quorum of all replicas."""
+    return all(
+        row.state == WorkerState.TRAINING and row.quorum_id is not None and row.participants == len(replica_ids)
+        for row in replica_rows(run_dir, replica_ids)
+    )
 
 
 def _fmt(value: object, spec: str = "") -> str:
@@ -75,22 +86,22 @@ def describe_event(e: dict[str, Any]) -> Optional[str]:
     """One line for the events that matter to a human watching the job."""
     kind = e.get("event")
     r = e.get("replica")
-    if kind == "inject":
+    if kind == Event.INJECT:
         return f"injected {e.get('kind')} into replica {r} rank {e.get('rank')} (pid {e.get('pid')})"
-    if kind == "detected":
+    if kind == Event.DETECTED:
         return f"replica {r}: detected {e.get('kind')}: {e.get('who')}: {str(e.get('message', ''))[:80]}"
-    if kind == "hang_detected":
+    if kind == Event.HANG_DETECTED:
         return f"replica {r}: hung worker pid {e.get('pid')}: {e.get('reason')}"
-    if kind == "restart_scheduled":
+    if kind == Event.RESTART_SCHEDULED:
         return f"replica {r}: restarting workers in place (restart {e.get('restarts')}, backoff {e.get('delay_s', 0):.2f}s)"
-    if kind == "workers_started" and e.get("attempt"):
+    if kind == Event.WORKERS_STARTED and e.get("attempt"):
         return f"replica {r}: workers restarted (attempt {e.get('attempt')})"
-    if kind == "healed":
+    if kind == Event.HEALED:
         return f"replica {r}: healed at step {e.get('step')} (quorum {e.get('quorum_id')})"
-    if kind == "rejoined":
+    if kind == Event.REJOINED:
         return f"replica {r}: back in quorum {e.get('quorum_id')} with {e.get('participants')} replicas"
-    if kind in ("escalated", "replica_replacing", "replica_dropped", "job_failed"):
-        return f"replica {r}: {kind.replace('_', ' ')}"
+    if kind in (Event.ESCALATED, Event.REPLICA_REPLACING, Event.REPLICA_DROPPED, Event.JOB_FAILED):
+        return f"replica {r}: {str(kind).replace('_', ' ')}"
     return None
 
 

@@ -25,12 +25,10 @@ from torch_monarch.monarch._require import DEFAULT_SUPERVISION_POLL, MonarchUnav
 _LAZY = {
     "LighthouseActor": "torch_monarch.monarch.lighthouse",
     "MonarchJob": "torch_monarch.monarch.job",
-    "MonarchJobConfig": "torch_monarch.monarch.config",
     "OrchestrationManager": "torch_monarch.monarch.orchestration",
     "ReplicaActor": "torch_monarch.monarch.replica",
     "ReplicaConfig": "torch_monarch.monarch.config",
     "TrainerActor": "torch_monarch.monarch.trainer",
-    "TrainerSpec": "torch_monarch.monarch.config",
 }
 
 

@@ -14,7 +14,8 @@ import re
 from pathlib import Path
 from typing import Optional
 
-from torch_monarch.supervision.failure import Failure, FailureKind
+from torch_monarch.supervision.failure import Failure, read_tail
+from torch_monarch.supervision.replica_supervisor import ReplicaSupervisor
 from torch_monarch.supervision.rundir import read_json
 
 __all__ = ["crashed_ranks", "exit_status", "exit_text", "trainer_failure"]
@@ -51,63 +52,26 @@ def exit_text(wait_status: int) -> str:
     return f"exited with non-zero code {code}" if code else ""
 
 
-def _tail(path: Path, limit: int = 64 * 1024) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, 2)
-            f.seek(max(0, f.tell() - limit))
-            return f.read().decode(errors="replace")
-    except OSError:
-        return ""
-
-
 def trainer_failure(
+    supervisor: ReplicaSupervisor,
     text: str,
     *,
-    replica_id: str,
     rank: int,
     pid: Optional[int],
     log_dir: Path,
     detected_at: float,
-    hang_reason: Optional[str] = None,
 ) -> Failure:
     """The failure of trainer ``rank`` from Monarch's ``text`` and the files in ``log_dir``."""
-    who = f"replica {replica_id} / rank {rank} (pid {pid})"
     status = exit_status(text)
-    if hang_reason is not None:
-        return Failure(
-            who=who,
-            kind=FailureKind.HANG,
-            time=detected_at,
-            message=hang_reason,
-            replica_id=replica_id,
-            rank=rank,
-            pid=pid,
-            exitcode=status,
-            signal="SIGSTOP",
-            detected_at=detected_at,
-        )
     report = read_json(log_dir / "error.json")
     if status is None and isinstance(report, dict):
         status = 1  # a trainer that reported its error exits with code 1 (TrainerActor, @supervised)
-    if status is None:
-        return Failure(
-            who=who,
-            kind=FailureKind.EXIT_CODE,
-            time=detected_at,
-            message=text.strip().splitlines()[-1].strip() if text.strip() else "trainer failed",
-            replica_id=replica_id,
-            rank=rank,
-            pid=pid,
-            detected_at=detected_at,
-        )
-    return Failure.from_exit(
-        who=who,
-        exitcode=status,
-        replica_id=replica_id,
+    return supervisor.worker_failure(
         rank=rank,
         pid=pid,
+        exitcode=status,
         report=report if isinstance(report, dict) else None,
-        stderr_tail=_tail(log_dir / "stderr.log"),
+        stderr_tail=read_tail(log_dir / "stderr.log"),
         detected_at=detected_at,
+        unexplained=text.strip().splitlines()[-1].strip() if text.strip() else "trainer failed",
     )

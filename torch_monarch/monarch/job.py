@@ -1,68 +1,52 @@
-"""MonarchJob: ``monarch-run --orchestrator monarch`` and the demo's Monarch phases.
+"""MonarchJob: the "monarch" job backend (``monarch-run --orchestrator monarch``, the demo's Monarch phases).
 
-The same :class:`~torch_monarch.launch.job.Job` interface (start, poll,
-all_training, stop) over a real Monarch job: this process is Monarch's
-client; it spawns the :class:`OrchestrationManager` in its own proc and
-polls it, and shuts it down at the end. Everything else (status view, failure drills, the demo's
-analysis) reads the run directory exactly as for the embedded orchestrator.
+The :class:`~torch_monarch.job.backend.JobBackend` interface over a real
+Monarch job: this process is Monarch's client; it spawns the
+:class:`OrchestrationManager` in its own proc, polls it, and shuts it down
+at the end. Everything else (status view, failure drills, the demo's
+analysis) reads the run directory exactly as for the embedded backend.
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
-import time
 from typing import Any, Optional
 
-from torch_monarch.launch.args import hang_config, restart_policy, sync_env
-from torch_monarch.launch.job import Job
+from torch_monarch.job.config import JobConfig
 from torch_monarch.monarch._require import require_monarch
-from torch_monarch.monarch.config import MonarchJobConfig, TrainerSpec
-from torch_monarch.quorum.lighthouse import LighthouseConfig
+from torch_monarch.monarch.handles import ActorMesh, ProcMesh
+from torch_monarch.supervision.events import Event
 from torch_monarch.supervision.failure import Failure
+from torch_monarch.supervision.rundir import RunDir
 
-__all__ = ["MonarchJob", "job_config"]
+__all__ = ["MonarchJob"]
 
 logger: logging.Logger = logging.getLogger(__name__)
 
 
-def job_config(args: argparse.Namespace, run_dir: str, lighthouse: LighthouseConfig, env: dict[str, str]) -> MonarchJobConfig:
-    """The Monarch job that ``monarch-run``'s ``args`` describe."""
-    if args.no_python:
-        raise SystemExit("monarch-run: --no-python is not supported with --orchestrator monarch (trainers run Python)")
-    preload = ("torch", *(m for m in args.preload.split(",") if m))
-    trainer = TrainerSpec(
-        script=args.training_script,
-        args=tuple(args.training_script_args),
-        module=bool(args.module),
-        nproc=int(args.nproc_per_node),
-        env={**env, **sync_env(args)},
-        preload=preload,
-    )
-    return MonarchJobConfig(
-        replicas=args.replicas,
-        min_replicas=args.min_replicas,
-        trainer=trainer,
-        run_dir=run_dir,
-        policy=restart_policy(args),
-        hang=hang_config(args),
-        replace_replicas=args.replace_replicas,
-        lighthouse=lighthouse,
-        lighthouse_address=args.lighthouse,
-    )
-
-
-class MonarchJob(Job):
+class MonarchJob:
     """A job under real Monarch actors; see the module docstring."""
 
-    def __init__(self, args: argparse.Namespace, *, lighthouse: Optional[LighthouseConfig] = None, env: Optional[dict[str, str]] = None) -> None:
+    def __init__(self, config: JobConfig) -> None:
         require_monarch()
-        super().__init__(args, lighthouse=lighthouse, env=env)
-        self.config = job_config(args, str(self.run_dir.root), self.lighthouse_config, self.env)
-        self._procs: Any = None
-        self._manager: Any = None
+        if config.agent.no_python:
+            raise SystemExit("monarch-run: --no-python is not supported with --orchestrator monarch (trainers run Python)")
+        self.config = config
+        self.run_dir = RunDir(config.run_dir)
+        self.run_dir.root.mkdir(parents=True, exist_ok=True)
+        self.lighthouse_address: str = config.lighthouse_address
+        self._procs: Optional[ProcMesh] = None
+        self._manager: Optional[ActorMesh] = None
         self._state: dict[str, Any] = {}
         self._unhandled: Optional[str] = None
+
+    def dryrun(self) -> str:
+        from torch_monarch.monarch.scheduler import ReplicaActorScheduler, replica_specs
+
+        lighthouse = self.lighthouse_address or f"a LighthouseActor (min_replicas {self.config.lighthouse.min_replicas})"
+        scheduler = ReplicaActorScheduler(self.config, lighthouse)
+        header = f"# OrchestrationManager: lighthouse {lighthouse}, run dir {self.config.run_dir}"
+        return "\n".join([header, *(scheduler.dryrun(spec) for spec in replica_specs(self.config))])
 
     def _on_unhandled(self, failure: Any) -> None:
         # Monarch's default ends this process; the job reports it and stops instead.
@@ -76,11 +60,10 @@ class MonarchJob(Job):
         from torch_monarch.monarch.orchestration import OrchestrationManager
 
         monarch.actor.unhandled_fault_hook = self._on_unhandled
-        self.run_dir.event("job_started", replicas=len(self.replica_ids), orchestrator="monarch", scheduler="monarch")
+        self.run_dir.event(Event.JOB_STARTED, replicas=self.config.replicas, orchestrator="monarch", scheduler="monarch")
         self._procs = this_host().spawn_procs(per_host={"procs": 1}, name="orchestration")
         self._manager = self._procs.spawn("orchestration_manager", OrchestrationManager, self.config)
         self.lighthouse_address = self._manager.start.call_one().get()
-        self.started_at = time.monotonic()
 
     def poll(self) -> bool:
         assert self._manager is not None, "start() first"
@@ -102,11 +85,12 @@ class MonarchJob(Job):
     def failure_message(self) -> Optional[str]:
         return self._unhandled or self._state.get("lost")
 
-    def _stop(self) -> None:
+    def stop(self) -> None:
         if self._manager is not None:
             try:
                 self._manager.shutdown.call_one().get()
             finally:
+                assert self._procs is not None
                 self._procs.stop().get()
                 self._manager = None
-        self.run_dir.event("job_stopped", succeeded=self.succeeded, orchestrator="monarch")
+        self.run_dir.event(Event.JOB_STOPPED, succeeded=self.succeeded, orchestrator="monarch")

@@ -20,13 +20,13 @@ from typing import Any, Optional
 
 from monarch.actor import Actor, MeshFailure, endpoint, this_host
 
-from torch_monarch.monarch.config import MonarchJobConfig
+from torch_monarch.job.config import JobConfig
 from torch_monarch.monarch.lighthouse import LighthouseActor
-from torch_monarch.monarch.scheduler import ReplicaActorScheduler
+from torch_monarch.monarch.scheduler import ReplicaActorScheduler, replica_specs
 from torch_monarch.supervision.orchestrator import Orchestrator
 from torch_monarch.supervision.policy import replacement_policy
+from torch_monarch.supervision.events import Event
 from torch_monarch.supervision.rundir import RunDir
-from torch_monarch.supervision.scheduler.base import ReplicaSpec
 
 __all__ = ["OrchestrationManager"]
 
@@ -36,7 +36,7 @@ logger: logging.Logger = logging.getLogger(__name__)
 class OrchestrationManager(Actor):
     """See the module docstring."""
 
-    def __init__(self, config: MonarchJobConfig) -> None:
+    def __init__(self, config: JobConfig) -> None:
         self.config = config
         self.run_dir = RunDir(config.run_dir)
         self.scheduler: Optional[ReplicaActorScheduler] = None
@@ -55,11 +55,11 @@ class OrchestrationManager(Actor):
             self._lighthouse = self._lighthouse_procs.spawn("lighthouse", LighthouseActor, self.config.lighthouse)
             address = await self._lighthouse.address.call_one()
             lighthouse_pid = await self._lighthouse.pid.call_one()
-        self.run_dir.event("orchestration_started", pid=os.getpid(), lighthouse=address, lighthouse_pid=lighthouse_pid)
+        self.run_dir.event(Event.ORCHESTRATION_STARTED, pid=os.getpid(), lighthouse=address, lighthouse_pid=lighthouse_pid)
         self.scheduler = ReplicaActorScheduler(self.config, address)
         self.orchestrator = Orchestrator(
             self.scheduler,
-            [ReplicaSpec(replica_id=rid, args=[], nproc_per_node=self.config.trainer.nproc) for rid in self.config.replica_ids],
+            replica_specs(self.config),
             min_replicas=self.config.min_replicas,
             replace_policy=replacement_policy(self.config.replace_replicas),
             run_dir=self.run_dir,

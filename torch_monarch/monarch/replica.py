@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,11 +40,12 @@ from torch_monarch.monarch.config import ReplicaConfig
 from torch_monarch.monarch.failure import crashed_ranks, exit_text, trainer_failure
 from torch_monarch.monarch.forkserver import ProcForkserver
 from torch_monarch.monarch.trainer import TrainerActor
+from torch_monarch.supervision.events import Event
 from torch_monarch.supervision.failure import Failure, root_cause
-from torch_monarch.supervision.probes import HangProbe, process_state
-from torch_monarch.supervision.replica import ReplicaSupervisor
-from torch_monarch.supervision.rundir import RunDir, read_json, write_json
-from torch_monarch.supervision.worker import ACTIVE_STATES
+from torch_monarch.supervision.probes import process_state
+from torch_monarch.supervision.replica_supervisor import ReplicaSupervisor, kill_worker
+from torch_monarch.supervision.rundir import RunDir, read_json
+from torch_monarch.supervision.states import ACTIVE_WORKER_STATES, SupervisorState, WorkerState
 
 __all__ = ["ReplicaActor"]
 
@@ -60,7 +59,9 @@ _STANDBY_STOP_WAIT_S = 120.0
 #: how long a vanished trainer may wait for Monarch's report before the probe handles it
 _EXIT_GRACE_S = 0.3
 #: trainer states after which a standby may be prepared
-_UP_STATES = ACTIVE_STATES | {"ready"}
+_UP_STATES = ACTIVE_WORKER_STATES | {WorkerState.READY}
+#: replica states in which a trainer mesh is running or about to
+_LIVE_STATES = (SupervisorState.PENDING, SupervisorState.RUNNING, SupervisorState.RESTARTING)
 
 
 @dataclass
@@ -72,15 +73,6 @@ class _Attempt:
     procs: Any
     trainers: Any
     pids: list[int]
-
-
-def _kill(pids: list[int]) -> None:
-    """SIGKILLs trainer processes this replica spawned (they are in a broken group anyway)."""
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 def _zombie_exit_text(pid: int) -> str:
@@ -101,19 +93,19 @@ class ReplicaActor(Actor):
         self.config = config
         self.replica_id = config.replica_id
         self.run_dir = RunDir(config.job.run_dir)
-        self.supervisor = ReplicaSupervisor(config.replica_id, config.job.policy, self.run_dir)
-        self.probe = HangProbe(config.job.hang, self.run_dir, config.replica_id)
+        self.supervisor = ReplicaSupervisor(
+            config.replica_id, config.job.policy, self.run_dir, hang=config.job.hang, orchestrator="monarch"
+        )
         self.active: Optional[_Attempt] = None
-        self.state = "pending"
+        self.state = SupervisorState.PENDING
         self._standby: Optional["asyncio.Future[_Attempt]"] = None
         self._handled: set[int] = set()
-        self._hangs: dict[int, str] = {}
         self._stopping: list["asyncio.Future[Any]"] = []
         self._finished: Optional[asyncio.Event] = None
         self._meshes = 0
         self._gone_since: dict[int, float] = {}
         self._zombie_text: dict[int, str] = {}
-        self._forkserver = ProcForkserver(config.job.trainer.preload)
+        self._forkserver = ProcForkserver(config.job.trainer.standby_imports)
 
     # -- meshes -----------------------------------------------------------
 
@@ -124,9 +116,9 @@ class ReplicaActor(Actor):
             per_host={"procs": self.config.job.trainer.nproc}, name=name, bootstrap_command=self._forkserver.bootstrap_command()
         )
         trainers = procs.spawn(name, TrainerActor)
-        pids = await trainers.preload.call(list(self.config.job.trainer.preload))
+        pids = await trainers.preload.call(list(self.config.job.trainer.standby_imports))
         ready = _Attempt(attempt, name, procs, trainers, [pids.get(r) for r in range(self.config.job.trainer.nproc)])
-        self.run_dir.event("standby_ready", replica=self.replica_id, attempt=attempt, pids=ready.pids)
+        self.supervisor.event(Event.STANDBY_READY, attempt=attempt, pids=ready.pids)
         return ready
 
     async def _spawn_when_training(self, running: _Attempt) -> _Attempt:
@@ -139,13 +131,13 @@ class ReplicaActor(Actor):
         A failure of ``running`` ends the wait at once.
         """
         deadline = time.monotonic() + _STANDBY_WAIT_S
-        while self.active is running and self.state == "running" and time.monotonic() < deadline:
-            statuses = [read_json(self.run_dir.worker_path(self.replica_id, r)) or {} for r in range(len(running.pids))]
-            if all(st.get("pid") == pid and st.get("state") in _UP_STATES for st, pid in zip(statuses, running.pids)):
+        while self.active is running and self.state == SupervisorState.RUNNING and time.monotonic() < deadline:
+            statuses = [self.run_dir.read_worker(self.replica_id, r) for r in range(len(running.pids))]
+            if all(st is not None and st.pid == pid and st.state in _UP_STATES for st, pid in zip(statuses, running.pids)):
                 break
             await asyncio.sleep(_PROBE_INTERVAL_S)
-        if self.state not in ("running", "restarting"):
-            raise RuntimeError(f"replica {self.replica_id} is {self.state}: no standby needed")
+        if self.state not in (SupervisorState.RUNNING, SupervisorState.RESTARTING):
+            raise RuntimeError(f"replica {self.replica_id} is {self.state.value}: no standby needed")
         return await self._spawn(running.attempt + 1)
 
     async def _next_mesh(self, attempt: int) -> _Attempt:
@@ -161,7 +153,7 @@ class ReplicaActor(Actor):
 
     def _env(self, attempt: int) -> dict[str, str]:
         return {
-            **self.config.job.trainer.env,
+            **self.config.job.worker_env(),
             "MONARCH_REPLICA_ID": self.replica_id,
             "REPLICA_GROUP_ID": self.replica_id,
             "NUM_REPLICA_GROUPS": str(self.config.job.replicas),
@@ -176,10 +168,10 @@ class ReplicaActor(Actor):
     async def _activate(self, mesh: _Attempt) -> None:
         await setup_torch_elastic_env_async(mesh.procs)
         self.active = mesh
-        self.state = "running"
-        self.probe.reset()
-        self._publish("running")
-        self.run_dir.event("workers_started", replica=self.replica_id, attempt=mesh.attempt, pids=mesh.pids)
+        self.state = SupervisorState.RUNNING
+        self.supervisor.start_attempt()
+        self._publish(SupervisorState.RUNNING)
+        self.supervisor.event(Event.WORKERS_STARTED, attempt=mesh.attempt, pids=mesh.pids)
         if self._standby is None:
             self._standby = asyncio.ensure_future(self._spawn_when_training(mesh))
         asyncio.ensure_future(self._run(mesh))
@@ -189,14 +181,15 @@ class ReplicaActor(Actor):
             await mesh.trainers.run.call(self.config.job.trainer, self._env(mesh.attempt), str(self._log_dir(mesh.attempt)))
         except Exception:  # noqa: BLE001 - a failed trainer is handled by __supervise__
             return
-        if self.active is mesh and self.state == "running":
-            self.state = "succeeded"
-            self._publish("succeeded")
-            self.run_dir.event("replica_succeeded", replica=self.replica_id)
+        if self.active is mesh and self.state == SupervisorState.RUNNING:
+            self.state = SupervisorState.SUCCEEDED
+            self._publish(SupervisorState.SUCCEEDED)
+            self.supervisor.event(Event.REPLICA_SUCCEEDED)
             self._done()
 
     def _retire(self, mesh: _Attempt) -> None:
-        _kill(mesh.pids)
+        for pid in mesh.pids:
+            kill_worker(pid)  # they are in a broken group anyway
         self._stopping.append(asyncio.ensure_future(mesh.procs.stop()))
 
     async def _retire_all(self) -> None:
@@ -216,21 +209,12 @@ class ReplicaActor(Actor):
         if self._finished is not None:
             self._finished.set()
 
-    def _publish(self, state: str, **fields: Any) -> None:
-        mesh = self.active
-        write_json(
-            self.run_dir.agent_path(self.replica_id),
-            {
-                "replica_id": self.replica_id,
-                "pid": os.getpid(),
-                "state": state,
-                "restarts": self.supervisor.restarts,
-                "workers": {str(r): pid for r, pid in enumerate(mesh.pids)} if mesh else {},
-                "t": time.time(),
-                "orchestrator": "monarch",
-                **fields,
-            },
-        )
+    def _workers(self) -> dict[int, int]:
+        """Rank → pid of the running attempt."""
+        return dict(enumerate(self.active.pids)) if self.active is not None else {}
+
+    def _publish(self, state: SupervisorState, **fields: Any) -> None:
+        self.supervisor.publish(state, self._workers(), **fields)
 
     # -- hang probe -------------------------------------------------------
 
@@ -262,18 +246,12 @@ class ReplicaActor(Actor):
                 return
 
     async def _probe_loop(self) -> None:
-        while self.state in ("pending", "running", "restarting"):
+        while self.state in _LIVE_STATES:
             mesh = self.active
-            if mesh is not None and self.state == "running":
+            if mesh is not None and self.state == SupervisorState.RUNNING:
                 await self._check_exited(mesh)
-            if mesh is not None and self.state == "running":
-                for hang in self.probe.check(dict(enumerate(mesh.pids))):
-                    if hang.pid in self._hangs:
-                        continue
-                    self._hangs[hang.pid] = hang.reason
-                    logger.error("replica %s: trainer pid %d is hung: %s; killing it", self.replica_id, hang.pid, hang.reason)
-                    self.run_dir.event("hang_detected", replica=self.replica_id, pid=hang.pid, local_rank=hang.local_rank, reason=hang.reason)
-                    _kill([hang.pid])
+            if mesh is not None and self.state == SupervisorState.RUNNING:
+                self.supervisor.kill_hung(dict(enumerate(mesh.pids)))
             await asyncio.sleep(_PROBE_INTERVAL_S)
 
     # -- endpoints --------------------------------------------------------
@@ -284,18 +262,18 @@ class ReplicaActor(Actor):
         self._finished = asyncio.Event()
         asyncio.ensure_future(self._probe_loop())
         await self._forkserver.start()
-        self.run_dir.event("forkserver_ready", replica=self.replica_id, pid=self._forkserver.pid)
+        self.supervisor.event(Event.FORKSERVER_READY, pid=self._forkserver.pid)
         first, standby = await asyncio.gather(self._spawn(0), self._spawn(1))
         self._standby = asyncio.get_running_loop().create_future()
         self._standby.set_result(standby)
         await self._activate(first)
         await self._finished.wait()
-        return self.state
+        return self.state.value
 
     @endpoint
     async def shutdown(self) -> None:
         """Stops every trainer (running and standby)."""
-        self.state = "cancelled"
+        self.state = SupervisorState.CANCELLED
         await self._retire_all()
         self._done()
 
@@ -306,15 +284,7 @@ class ReplicaActor(Actor):
         ranks = crashed_ranks(text) or [0]
         logs = self._log_dir(mesh.attempt)
         failures = [
-            trainer_failure(
-                text,
-                replica_id=self.replica_id,
-                rank=r,
-                pid=mesh.pids[r],
-                log_dir=logs / str(r),
-                detected_at=now,
-                hang_reason=self._hangs.get(mesh.pids[r]),
-            )
+            trainer_failure(self.supervisor, text, rank=r, pid=mesh.pids[r], log_dir=logs / str(r), detected_at=now)
             for r in ranks
         ]
         # Peers that ended too: the crash itself when Monarch reported the peer
@@ -326,8 +296,8 @@ class ReplicaActor(Actor):
             if ended or read_json(logs / str(r) / "error.json") is not None:
                 failures.append(
                     trainer_failure(
+                        self.supervisor,
                         ended or "exited with non-zero code 1",
-                        replica_id=self.replica_id,
                         rank=r,
                         pid=mesh.pids[r],
                         log_dir=logs / str(r),
@@ -345,27 +315,18 @@ class ReplicaActor(Actor):
 
     async def _trainer_failed(self, mesh: _Attempt, text: str, source: str) -> bool:
         """Restarts ``mesh`` under the policy (True) or escalates (False); ``text`` is Monarch's report."""
-        if mesh.attempt in self._handled or self.state != "running":
+        if mesh.attempt in self._handled or self.state != SupervisorState.RUNNING:
             return True  # another rank of a failure being handled
         self._handled.add(mesh.attempt)
         cause = self._failure(mesh, text)
-        logger.error("replica %s: %s", self.replica_id, cause.describe())
-        self.run_dir.event(
-            "detected",
-            replica=self.replica_id,
-            orchestrator="monarch",
-            source=source,
-            monarch=text[-2000:],
-            **cause.event_fields(),
-        )
+        self.supervisor.detected(cause, orchestrator="monarch", source=source, monarch=text[-2000:])
         if self.supervisor.supervise(cause):
-            self.state = "restarting"
-            self._publish("restarting", failure=cause.describe(), delay_s=self.supervisor.last_delay)
+            self.state = SupervisorState.RESTARTING
+            self._publish(SupervisorState.RESTARTING, failure=cause, delay_s=self.supervisor.last_delay)
             asyncio.ensure_future(self._restart(mesh, self.supervisor.last_delay))
             return True
-        self.state = "failed"
-        write_json(self.run_dir.escalation_path(self.replica_id), cause.escalated(self.supervisor.name).to_json())
-        self._publish("escalated", failure=cause.describe())
+        self.state = SupervisorState.FAILED
+        self.supervisor.escalate(cause, self._workers())
         await self._retire_all()
         self._done()
         return False
@@ -375,7 +336,7 @@ class ReplicaActor(Actor):
         if delay > 0:
             await asyncio.sleep(delay)  # the restart policy's backoff
         mesh = await self._next_mesh(old.attempt + 1)
-        if self.state != "restarting":  # stopped meanwhile
+        if self.state != SupervisorState.RESTARTING:  # stopped meanwhile
             self._retire(mesh)
             return
         await self._activate(mesh)

@@ -18,17 +18,24 @@ from typing import Any, Optional
 
 from monarch.actor import this_host
 
-from torch_monarch.monarch.config import MonarchJobConfig
+from torch_monarch.job.config import JobConfig
+from torch_monarch.monarch.config import ReplicaConfig
 from torch_monarch.monarch.replica import ReplicaActor
 from torch_monarch.supervision.failure import Failure, FailureKind
-from torch_monarch.supervision.rundir import RunDir, read_json
+from torch_monarch.supervision.rundir import RunDir
+from torch_monarch.supervision.states import SupervisorState
 from torch_monarch.supervision.scheduler.base import ReplicaSpec, ReplicaState, ReplicaStatus, Scheduler
 
-__all__ = ["ReplicaActorScheduler"]
+__all__ = ["ReplicaActorScheduler", "replica_specs"]
 
 logger: logging.Logger = logging.getLogger(__name__)
 
 _STOP_TIMEOUT_S = 60.0
+
+
+def replica_specs(config: JobConfig) -> list[ReplicaSpec]:
+    """The job's replicas as this scheduler's specs (a ReplicaActor needs nothing but its id)."""
+    return [ReplicaSpec(replica_id=rid, args=[], nproc_per_node=config.trainer.nproc) for rid in config.replica_ids]
 
 
 @dataclass
@@ -47,7 +54,7 @@ class ReplicaActorScheduler(Scheduler):
 
     name = "monarch"
 
-    def __init__(self, config: MonarchJobConfig, lighthouse: str) -> None:
+    def __init__(self, config: JobConfig, lighthouse: str) -> None:
         self.config = config
         self.lighthouse = lighthouse
         self.run_dir = RunDir(config.run_dir)
@@ -56,10 +63,9 @@ class ReplicaActorScheduler(Scheduler):
 
     def submit(self, spec: ReplicaSpec) -> str:
         handle = f"replica_{spec.replica_id}_{len(self._allocations)}"
-        escalation = self.run_dir.escalation_path(spec.replica_id)
-        escalation.unlink(missing_ok=True)  # a replacement starts with a clean record
+        self.run_dir.clear_escalation(spec.replica_id)
         procs = this_host().spawn_procs(per_host={"procs": 1}, name=handle)
-        actor = procs.spawn(handle, ReplicaActor, self.config.replica(spec.replica_id, self.lighthouse))
+        actor = procs.spawn(handle, ReplicaActor, ReplicaConfig(spec.replica_id, self.lighthouse, self.config))
         allocation = _Allocation(spec.replica_id, procs, actor)
         self._allocations[handle] = allocation
         allocation.tasks.append(asyncio.ensure_future(self._watch(handle, allocation)))
@@ -71,9 +77,9 @@ class ReplicaActorScheduler(Scheduler):
         except Exception as e:  # noqa: BLE001 - an escalation also arrives through __supervise__
             logger.info("replica %s: run ended: %s", allocation.replica_id, e)
             return
-        if state == "succeeded" and allocation.state == ReplicaState.RUNNING:
+        if state == SupervisorState.SUCCEEDED and allocation.state == ReplicaState.RUNNING:
             allocation.state = ReplicaState.SUCCEEDED
-        elif state == "failed":  # escalated without Monarch's help (the ReplicaActor's exit probe)
+        elif state == SupervisorState.FAILED:  # escalated without Monarch's help (the ReplicaActor's exit probe)
             self.escalated(handle, "escalated by the ReplicaActor")
 
     def handle_of(self, mesh_name: str) -> Optional[str]:
@@ -86,8 +92,7 @@ class ReplicaActorScheduler(Scheduler):
         allocation = self._allocations[handle]
         if allocation.state.terminal:
             return
-        data = read_json(self.run_dir.escalation_path(allocation.replica_id))
-        allocation.failure = Failure.from_json(data) if isinstance(data, dict) else None
+        allocation.failure = self.run_dir.read_escalation(allocation.replica_id)
         if allocation.failure is None:
             # The ReplicaActor itself died (not an escalation of its trainers' failure).
             allocation.failure = Failure(
@@ -130,4 +135,5 @@ class ReplicaActorScheduler(Scheduler):
 
     def dryrun(self, spec: ReplicaSpec) -> str:
         trainer = self.config.trainer
-        return f"ReplicaActor {spec.replica_id}: {trainer.nproc} x TrainerActor running {trainer.script} {' '.join(trainer.args)}"
+        script = ["-m", trainer.script] if trainer.module else [trainer.script]
+        return f"ReplicaActor {spec.replica_id}: {trainer.nproc} x TrainerActor running {' '.join([*script, *trainer.args])}"

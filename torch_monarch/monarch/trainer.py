@@ -31,7 +31,7 @@ from pathlib import Path
 
 from monarch.actor import Actor, endpoint
 
-from torch_monarch.monarch.config import TrainerSpec
+from torch_monarch.job.config import TrainerSpec
 
 __all__ = ["TrainerActor"]
 

@@ -22,7 +22,8 @@ from torch_monarch.supervision.failure import Failure, FailureKind, root_cause
 from torch_monarch.supervision.orchestrator import Orchestrator
 from torch_monarch.supervision.policy import Backoff, RestartBudget, RestartPolicy
 from torch_monarch.supervision.probes import HangConfig, HangProbe
-from torch_monarch.supervision.replica import ReplicaOptions, ReplicaSupervisor, run_replica
+from torch_monarch.supervision.replica import ReplicaOptions, run_replica
+from torch_monarch.supervision.replica_supervisor import ReplicaSupervisor
 from torch_monarch.supervision.rundir import RunDir
 from torch_monarch.supervision.scheduler import LocalScheduler, ReplicaSpec, ReplicaState, Scheduler
 from torch_monarch.supervision.supervisor import Supervisor

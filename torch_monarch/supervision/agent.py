@@ -33,10 +33,12 @@ from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElas
 from torch.distributed.elastic.multiprocessing import LogsSpecs
 from torch.distributed.elastic.multiprocessing.api import PContext
 
-from torch_monarch.supervision.failure import Failure, FailureKind, root_cause
-from torch_monarch.supervision.probes import Hang, HangProbe, process_state
-from torch_monarch.supervision.rundir import RunDir, read_json, write_json
-from torch_monarch.supervision.supervisor import Supervisor
+from torch_monarch.supervision.events import Event
+from torch_monarch.supervision.failure import Failure, FailureKind, read_tail, root_cause
+from torch_monarch.supervision.probes import process_state
+from torch_monarch.supervision.replica_supervisor import ReplicaSupervisor, kill_worker
+from torch_monarch.supervision.rundir import read_json
+from torch_monarch.supervision.states import SupervisorState
 
 # torch 2.11's LocalElasticAgent._shutdown has no timeout parameter.
 _SHUTDOWN_TAKES_TIMEOUT = "timeout" in inspect.signature(LocalElasticAgent._shutdown).parameters
@@ -44,8 +46,6 @@ _SHUTDOWN_TAKES_TIMEOUT = "timeout" in inspect.signature(LocalElasticAgent._shut
 __all__ = ["EscalatedFailure", "MonarchAgent"]
 
 logger: logging.Logger = logging.getLogger(__name__)
-
-_STDERR_TAIL_BYTES = 16384
 
 
 class EscalatedFailure(Exception):
@@ -57,17 +57,14 @@ class EscalatedFailure(Exception):
 
 
 class MonarchAgent(LocalElasticAgent):
-    """A ``LocalElasticAgent`` supervised by a replica :class:`Supervisor`.
+    """A ``LocalElasticAgent`` supervised by a :class:`ReplicaSupervisor`.
 
     Args:
         spec, logs_specs, start_method, **kwargs: as for ``LocalElasticAgent``.
             ``spec.max_restarts`` should be large: the supervisor's restart
             policy is what limits restarts.
-        supervisor: decides every restart (``supervise(failure)``); must
-            expose ``last_delay`` (seconds to wait before restarting).
-        probe: hang probe run on every monitor tick.
-        replica_id: for failure records and the run directory.
-        run_dir: where status and events go (optional).
+        supervisor: decides every restart, publishes the replica's status,
+            probes for hangs and assembles failures.
         stop_timeout: how long stopping workers may wait for SIGTERM to
             take effect before SIGKILL (torch's default is 30 s).
     """
@@ -78,64 +75,41 @@ class MonarchAgent(LocalElasticAgent):
         logs_specs: LogsSpecs,
         start_method: str,
         *,
-        supervisor: Supervisor,
-        probe: HangProbe,
-        replica_id: str,
-        run_dir: Optional[RunDir] = None,
+        supervisor: ReplicaSupervisor,
         stop_timeout: timedelta = timedelta(seconds=5),
         **kwargs: Any,
     ) -> None:
         super().__init__(spec, logs_specs, start_method=start_method, **kwargs)
         self._supervisor = supervisor
-        self._probe = probe
-        self._replica_id = replica_id
-        self._run_dir = run_dir
+        self._replica_id = supervisor.replica_id
         # torch's PContext takes whole seconds.
         self._stop_timeout_s = max(1, math.ceil(stop_timeout.total_seconds()))
-        self._hangs: dict[int, Hang] = {}
         self._last_failure: Optional[Failure] = None
         self.failures: list[Failure] = []
 
     # -- status -----------------------------------------------------------
 
-    def _publish(self, state: str, **fields: Any) -> None:
-        if self._run_dir is None:
-            return
-        pids: dict[int, int] = {}
-        if self._pcontext is not None:
-            try:
-                pids = self._pcontext.pids()
-            except Exception:  # noqa: BLE001 - a half-started context has no pids
-                pids = {}
-        spec = self._worker_group.spec
-        write_json(
-            self._run_dir.agent_path(self._replica_id),
-            {
-                "replica_id": self._replica_id,
-                "pid": os.getpid(),
-                "state": state,
-                "restarts": spec.max_restarts - self._remaining_restarts,
-                "workers": {str(k): v for k, v in pids.items()},
-                "t": time.time(),
-                **fields,
-            },
-        )
+    def worker_pids(self) -> dict[int, int]:
+        """Local rank → pid of the running workers (none before they start)."""
+        if self._pcontext is None:
+            return {}
+        try:
+            return dict(self._pcontext.pids())
+        except Exception:  # noqa: BLE001 - a half-started context has no pids
+            return {}
 
-    def _event(self, name: str, **fields: Any) -> None:
-        if self._run_dir is not None:
-            self._run_dir.event(name, replica=self._replica_id, **fields)
+    def publish(self, state: SupervisorState, **fields: Any) -> None:
+        self._supervisor.publish(state, self.worker_pids(), **fields)
 
     # -- workers ----------------------------------------------------------
 
     def _start_workers(self, worker_group: WorkerGroup) -> dict[int, Any]:
-        self._probe.reset()
-        self._hangs.clear()
+        self._supervisor.start_attempt()
         pids = super()._start_workers(worker_group)
         assert self._pcontext is not None
         _bound_close(self._pcontext, self._stop_timeout_s)
-        restarts = worker_group.spec.max_restarts - self._remaining_restarts
-        self._event("workers_started", attempt=restarts, pids=list(pids.values()))
-        self._publish("running")
+        self._supervisor.event(Event.WORKERS_STARTED, attempt=self._supervisor.restarts, pids=list(pids.values()))
+        self.publish(SupervisorState.RUNNING)
         return pids
 
     def _stop_workers(self, worker_group: WorkerGroup) -> None:
@@ -146,47 +120,24 @@ class MonarchAgent(LocalElasticAgent):
 
     def _monitor_workers(self, worker_group: WorkerGroup) -> RunResult:
         if self._pcontext is not None and worker_group.state == WorkerState.HEALTHY:
-            pids = self._pcontext.pids()
             ranks = {w.local_rank: w.global_rank for w in worker_group.workers}
-            for hang in self._probe.check(pids, ranks):
-                if hang.pid in self._hangs:
-                    continue
-                self._hangs[hang.pid] = hang
-                logger.error(
-                    "replica %s: worker local_rank %d (pid %d) is hung: %s; killing it",
-                    self._replica_id,
-                    hang.local_rank,
-                    hang.pid,
-                    hang.reason,
-                )
-                self._event("hang_detected", pid=hang.pid, local_rank=hang.local_rank, reason=hang.reason)
-                try:
-                    os.kill(hang.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+            self._supervisor.kill_hung(self._pcontext.pids(), ranks)
         result = super()._monitor_workers(worker_group)
         if result.state in (WorkerState.FAILED, WorkerState.UNHEALTHY):
             failure = self._failure_of(result, worker_group)
             self._last_failure = failure
             self.failures.append(failure)
-            logger.error("replica %s: %s", self._replica_id, failure.describe())
-            self._event("detected", **failure.event_fields())
+            self._supervisor.detected(failure)
         return result
 
     def _restart_workers(self, worker_group: WorkerGroup) -> None:
-        failure = self._last_failure or Failure(
-            who=f"replica {self._replica_id}",
-            kind=FailureKind.EXIT_CODE,
-            time=time.time(),
-            message=f"worker group {worker_group.state.name}",
-            replica_id=self._replica_id,
-        )
+        failure = self._last_failure or self._supervisor.replica_failure(f"worker group {worker_group.state.name}")
         self._last_failure = None
         if not self._supervisor.supervise(failure):
-            self._publish("escalating", failure=failure.describe())
+            self.publish(SupervisorState.ESCALATING, failure=failure)
             raise EscalatedFailure(failure)
-        delay = float(getattr(self._supervisor, "last_delay", 0.0))
-        self._publish("restarting", failure=failure.describe(), delay_s=delay)
+        delay = self._supervisor.last_delay
+        self.publish(SupervisorState.RESTARTING, failure=failure, delay_s=delay)
         self._stop_workers(worker_group)
         if delay > 0:
             # The restart policy's backoff, not a synchronisation wait.
@@ -206,14 +157,8 @@ class MonarchAgent(LocalElasticAgent):
             failures.append(self._worker_failure(global_rank, local_rank, pf.pid, pf.exitcode, report, now))
         failures += self._reported_elsewhere(worker_group, {f.rank for f in failures}, now)
         if not failures:
-            return Failure(
-                who=f"replica {self._replica_id}",
-                kind=FailureKind.HANG if result.state == WorkerState.UNHEALTHY else FailureKind.EXIT_CODE,
-                time=now,
-                message=f"worker group {result.state.name}",
-                replica_id=self._replica_id,
-                detected_at=now,
-            )
+            kind = FailureKind.HANG if result.state == WorkerState.UNHEALTHY else FailureKind.EXIT_CODE
+            return self._supervisor.replica_failure(f"worker group {result.state.name}", kind)
         # SIGTERMs are this agent's own teardown of the surviving workers.
         organic = [f for f in failures if f.exitcode != -signal.SIGTERM] or failures
         root = root_cause(organic)
@@ -255,29 +200,11 @@ class MonarchAgent(LocalElasticAgent):
         report: Optional[dict[str, Any]],
         now: float,
     ) -> Failure:
-        """One worker's failure: the hang a probe found in it, else how it exited."""
-        who = f"replica {self._replica_id} / rank {rank} (pid {pid})"
-        hang = self._hangs.get(pid) if pid is not None else None
-        if hang is not None:
-            return Failure(
-                who=who,
-                kind=FailureKind.HANG,
-                time=now,
-                message=hang.reason,
-                replica_id=self._replica_id,
-                rank=rank,
-                pid=pid,
-                exitcode=exitcode,
-                signal=hang.signal,
-                detected_at=now,
-            )
-        return Failure.from_exit(
-            who=who,
-            # A worker that left a report but has no exit code yet failed all the same.
-            exitcode=exitcode if exitcode else 1,
-            replica_id=self._replica_id,
+        return self._supervisor.worker_failure(
             rank=rank,
             pid=pid,
+            # A worker that left a report but has no exit code yet failed all the same.
+            exitcode=exitcode if exitcode else 1,
             report=report,
             stderr_tail=self._stderr_tail(local_rank),
             detected_at=now,
@@ -287,16 +214,7 @@ class MonarchAgent(LocalElasticAgent):
         if self._pcontext is None:
             return ""
         path = self._pcontext.stderrs.get(local_rank) if isinstance(self._pcontext.stderrs, dict) else None
-        if not path:
-            return ""
-        try:
-            with open(path, "rb") as f:
-                f.seek(0, os.SEEK_END)
-                size = f.tell()
-                f.seek(max(0, size - _STDERR_TAIL_BYTES))
-                return f.read().decode(errors="replace")
-        except OSError:
-            return ""
+        return read_tail(path) if path else ""
 
 
 def _exitcodes(pcontext: PContext) -> dict[int, Optional[int]]:
@@ -329,10 +247,7 @@ def _bound_close(pcontext: PContext, timeout_s: int) -> None:
             pids = {}
         for pid in pids.values():
             if process_state(pid) in ("T", "t"):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+                kill_worker(pid)
         original(death_sig, min(timeout, timeout_s))
 
     pcontext.close = close  # type: ignore[method-assign]

@@ -20,11 +20,15 @@ import dataclasses
 import enum
 import json
 import signal as _signal
+import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence, Union
 
-__all__ = ["Failure", "FailureKind", "root_cause"]
+__all__ = ["Failure", "FailureKind", "read_tail", "root_cause"]
+
+#: how much of a worker's stderr a failure keeps as evidence (faulthandler's stacks are at its end)
+STDERR_TAIL_BYTES = 64 * 1024
 
 
 class FailureKind(str, enum.Enum):
@@ -239,3 +243,14 @@ def _faulthandler_section(stderr_tail: str) -> str:
 
 def _last_lines(text: str, n: int) -> str:
     return "\n".join(text.strip().splitlines()[-n:])
+
+
+def read_tail(path: Union[str, "os.PathLike[str]"], limit: int = STDERR_TAIL_BYTES) -> str:
+    """The last ``limit`` bytes of a worker's log (its stderr), "" when unreadable."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - limit))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""

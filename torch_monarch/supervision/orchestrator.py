@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
+from torch_monarch.supervision.events import Event
 from torch_monarch.supervision.failure import Failure, FailureKind
 from torch_monarch.supervision.policy import RestartBudget, RestartPolicy, replacement_policy
 from torch_monarch.supervision.rundir import RunDir
@@ -85,7 +86,7 @@ class Orchestrator(Supervisor):
 
     # -- lifecycle ------------------------------------------------------------
 
-    def _event(self, name: str, **fields: object) -> None:
+    def _event(self, name: Event, **fields: object) -> None:
         if self.run_dir is not None:
             self.run_dir.event(name, **fields)
 
@@ -94,7 +95,7 @@ class Orchestrator(Supervisor):
         record.state = ReplicaState.RUNNING
         record.allocations += 1
         self._event(
-            "replica_submitted",
+            Event.REPLICA_SUBMITTED,
             replica=record.spec.replica_id,
             allocation=record.allocations,
             scheduler=self.scheduler.name,
@@ -114,7 +115,7 @@ class Orchestrator(Supervisor):
             status = self.scheduler.status(record.handle)
             record.state = status.state
             if status.state == ReplicaState.SUCCEEDED:
-                self._event("replica_finished", replica=record.spec.replica_id)
+                self._event(Event.REPLICA_FINISHED, replica=record.spec.replica_id)
                 continue
             if status.state in (ReplicaState.FAILED, ReplicaState.CANCELLED):
                 failure = status.failure or Failure(
@@ -125,7 +126,8 @@ class Orchestrator(Supervisor):
                     replica_id=record.spec.replica_id,
                     exitcode=status.exitcode,
                 )
-                failure = failure.escalated(f"replica {record.spec.replica_id}")
+                # Escalated as the replica supervisor marked it (a replica agent
+                # that died without a record escalated nothing: it stays unmarked).
                 self.failures.append(failure)
                 if not self.handle(failure):
                     self.fatal = failure
@@ -170,7 +172,7 @@ class Orchestrator(Supervisor):
         budget = self._budgets[record.spec.replica_id]
         if budget.request() is not None:
             logger.warning("orchestrator: replacing replica %s: %s", replica_id, failure.describe())
-            self._event("replica_replacing", replica=replica_id, kind=failure.kind.value, message=failure.message)
+            self._event(Event.REPLICA_REPLACING, replica=replica_id, kind=failure.kind.value, message=failure.message)
             self._allocate(record)
             return True
         others = sum(1 for r in self.replicas.values() if r.active and r is not record)
@@ -183,10 +185,10 @@ class Orchestrator(Supervisor):
                 self.min_replicas,
                 failure.describe(),
             )
-            self._event("replica_dropped", replica=replica_id, remaining=others, kind=failure.kind.value)
+            self._event(Event.REPLICA_DROPPED, replica=replica_id, remaining=others, kind=failure.kind.value)
             return True
         logger.error(
             "orchestrator: replica %s failed and only %d replicas would remain (min %d)", replica_id, others, self.min_replicas
         )
-        self._event("job_failed", replica=replica_id, kind=failure.kind.value, message=failure.message)
+        self._event(Event.JOB_FAILED, replica=replica_id, kind=failure.kind.value, message=failure.message)
         return False

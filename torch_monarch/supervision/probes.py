@@ -23,7 +23,8 @@ from datetime import timedelta
 from typing import Callable, ClassVar, Mapping, Optional
 
 from torch_monarch._config import Config
-from torch_monarch.supervision.rundir import RunDir, read_json
+from torch_monarch.supervision.rundir import RunDir
+from torch_monarch.supervision.states import WorkerState
 
 __all__ = ["HangConfig", "HangProbe", "Hang", "process_state"]
 
@@ -116,10 +117,10 @@ class HangProbe:
             progress_timeout = self.config.progress_timeout.total_seconds()
             if progress_timeout > 0 and self._run_dir is not None:
                 rank = ranks[local_rank] if ranks is not None else local_rank
-                status = read_json(self._run_dir.worker_path(self._replica_id, rank))
-                if not status or status.get("pid") != pid or status.get("state") != "training":
+                status = self._run_dir.read_worker(self._replica_id, rank)
+                if status is None or status.pid != pid or status.state != WorkerState.TRAINING:
                     continue
-                silent = self._wall() - float(status.get("t", 0.0))
+                silent = self._wall() - status.t
                 if silent > progress_timeout:
-                    hung.append(Hang(local_rank, pid, f"no progress for {silent:.1f}s (step {status.get('step')})"))
+                    hung.append(Hang(local_rank, pid, f"no progress for {silent:.1f}s (step {status.step})"))
         return hung

@@ -1,4 +1,4 @@
-"""ReplicaSupervisor: restarts one replica's workers in place, or escalates.
+"""run_replica: one replica's workers on this host, under a :class:`ReplicaSupervisor`.
 
 One replica group (e.g. the 2 workers of replica 0) is run by one elastic
 agent per host (:class:`MonarchAgent`). Any worker failure, a crash, an
@@ -18,86 +18,25 @@ import logging
 import multiprocessing
 import os
 import sys
-import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Callable, Optional, Sequence, Union
 
 from torch_monarch._config import coerce_durations
-from torch_monarch.supervision.failure import Failure
-from torch_monarch.supervision.policy import RestartBudget, RestartPolicy
-from torch_monarch.supervision.probes import HangConfig, HangProbe
-from torch_monarch.supervision.rundir import RunDir, write_json
-from torch_monarch.supervision.supervisor import Supervisor
+from torch_monarch.supervision.events import Event
+from torch_monarch.supervision.policy import RestartPolicy
+from torch_monarch.supervision.probes import HangConfig
+from torch_monarch.supervision.replica_supervisor import ReplicaSupervisor
+from torch_monarch.supervision.rundir import RunDir
+from torch_monarch.supervision.states import SupervisorState
 
-__all__ = ["ReplicaOptions", "ReplicaSupervisor", "run_replica"]
+__all__ = ["ReplicaOptions", "run_replica"]
 
 logger: logging.Logger = logging.getLogger(__name__)
 
 #: Exit code of a replica agent whose supervisor escalated a failure.
 EXIT_ESCALATED = 3
-
-
-class ReplicaSupervisor(Supervisor):
-    """Supervises one replica's workers with a :class:`RestartPolicy`.
-
-    ``supervise(failure)`` returns True (and sets ``last_delay``, the backoff
-    to wait) while the policy allows another restart, False otherwise.
-    """
-
-    def __init__(
-        self,
-        replica_id: str,
-        policy: RestartPolicy,
-        run_dir: Optional[RunDir] = None,
-        parent: Optional[Supervisor] = None,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        super().__init__(f"replica {replica_id}", parent)
-        self.replica_id = replica_id
-        self.policy = policy
-        self.budget = RestartBudget(policy, clock)
-        self.run_dir = run_dir
-        self.last_delay: float = 0.0
-        self.failures: list[Failure] = []
-
-    @property
-    def restarts(self) -> int:
-        return self.budget.total
-
-    def supervise(self, failure: Failure) -> bool:
-        self.failures.append(failure)
-        delay = self.budget.request()
-        if delay is None:
-            logger.error(
-                "%s: %d restarts within %.0fs already; escalating %s",
-                self.name,
-                self.policy.max_restarts,
-                self.policy.window.total_seconds(),
-                failure.describe(),
-            )
-            if self.run_dir is not None:
-                self.run_dir.event("escalated", replica=self.replica_id, by=self.name, kind=failure.kind.value)
-            return False
-        self.last_delay = delay.total_seconds()
-        logger.warning(
-            "%s: restarting workers in place in %.2fs (restart %d): %s",
-            self.name,
-            self.last_delay,
-            self.budget.total,
-            failure.describe(),
-        )
-        if self.run_dir is not None:
-            self.run_dir.event(
-                "restart_scheduled",
-                replica=self.replica_id,
-                delay_s=self.last_delay,
-                restarts=self.budget.total,
-                kind=failure.kind.value,
-                who=failure.who,
-            )
-        return True
 
 
 @dataclass
@@ -204,16 +143,12 @@ def run_replica(config: Any, entrypoint: Union[Callable[..., Any], str], args: S
         master_port=master_port,
         local_addr=config.local_addr,
     )
-    supervisor = ReplicaSupervisor(options.replica_id, options.policy, run_dir)
-    probe = HangProbe(options.hang, run_dir, options.replica_id)
+    supervisor = ReplicaSupervisor(options.replica_id, options.policy, run_dir, hang=options.hang)
     agent = MonarchAgent(
         spec,
         config.logs_specs,
         config.start_method,
         supervisor=supervisor,
-        probe=probe,
-        replica_id=options.replica_id,
-        run_dir=run_dir,
         stop_timeout=options.stop_timeout,
         log_line_prefix_template=config.log_line_prefix_template,
     )
@@ -221,10 +156,7 @@ def run_replica(config: Any, entrypoint: Union[Callable[..., Any], str], args: S
     try:
         result = agent.run()
     except EscalatedFailure as e:
-        if run_dir is not None:
-            write_json(run_dir.escalation_path(options.replica_id), e.failure.to_json())
-            agent._publish("escalated", failure=e.failure.describe())
-        logger.error("replica %s: escalated: %s", options.replica_id, e.failure.describe())
+        supervisor.escalate(e.failure, agent.worker_pids())
         return EXIT_ESCALATED
     finally:
         try:
@@ -234,12 +166,12 @@ def run_replica(config: Any, entrypoint: Union[Callable[..., Any], str], args: S
     events.record(agent.get_event_succeeded(), config.event_log_handler)
     if result.is_failed():
         failure = agent.failures[-1] if agent.failures else None
-        if run_dir is not None and failure is not None:
-            write_json(run_dir.escalation_path(options.replica_id), failure.to_json())
-        agent._publish("failed")
+        if failure is not None:
+            supervisor.escalate(failure, agent.worker_pids(), SupervisorState.FAILED)
+        else:
+            agent.publish(SupervisorState.FAILED)
         print(f"replica {options.replica_id}: workers failed: {failure.describe() if failure else result}", file=sys.stderr)
         return 1
-    agent._publish("succeeded")
-    if run_dir is not None:
-        run_dir.event("replica_succeeded", replica=options.replica_id)
+    agent.publish(SupervisorState.SUCCEEDED)
+    supervisor.event(Event.REPLICA_SUCCEEDED)
     return 0

@@ -38,17 +38,18 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import Any, Callable, Dict, Optional, TypeVar
+from typing import Any, Callable, Dict, Optional, TypeVar, Union
 
 from torch_monarch._config import Duration, as_timedelta
 from torch_monarch._lifetime import die_with_parent
+from torch_monarch.supervision.events import Event
 from torch_monarch.supervision.failure import FailureKind
-from torch_monarch.supervision.rundir import RunDir, append_jsonl, read_json, write_json
+from torch_monarch.supervision.rundir import ControlRecord, RunDir, StepRecord, WorkerRecord, write_json
+from torch_monarch.supervision.states import WorkerState
 
 __all__ = [
-    "ACTIVE_STATES",
     "error_reported",
     "InjectedFailure",
     "WorkerContext",
@@ -66,11 +67,6 @@ __all__ = [
 logger: logging.Logger = logging.getLogger(__name__)
 
 R = TypeVar("R")
-
-#: States of a worker that is in its training loop: "training" (computing;
-#: the hang probe's progress timeout applies) and "syncing" (waiting for the
-#: quorum or for other replicas, which is not a hang of this worker).
-ACTIVE_STATES = frozenset({"training", "syncing"})
 
 
 class InjectedFailure(RuntimeError):
@@ -131,8 +127,8 @@ class _State:
         self.context: Optional[WorkerContext] = None
         self.drills: Dict[str, Callable[[], None]] = {}
         self.control_mtime: float = -1.0
-        self.control: dict[str, Any] = {}
-        self.status: dict[str, Any] = {}
+        self.control = ControlRecord()
+        self.status: Optional[WorkerRecord] = None
         self.reported_error = False
 
 
@@ -164,19 +160,20 @@ def init_worker() -> WorkerContext:
         faulthandler.enable(all_threads=True)
     if ctx.supervisor_pid is not None:
         die_with_parent()
-    _state.status = {
-        "pid": os.getpid(),
-        "replica_id": ctx.replica_id,
-        "rank": ctx.rank,
-        "attempt": ctx.restart_count,
-        "state": "starting",
-        "started": time.time(),
-        "t": time.time(),
-    }
+    now = time.time()
+    _state.status = WorkerRecord(
+        pid=os.getpid(),
+        replica_id=ctx.replica_id,
+        rank=ctx.rank,
+        attempt=ctx.restart_count,
+        state=WorkerState.STARTING.value,
+        started=now,
+        t=now,
+    )
     if ctx.run_dir is not None:
-        write_json(ctx.run_dir.worker_path(ctx.replica_id, ctx.rank), _state.status)
+        ctx.run_dir.write_worker(_state.status)
         ctx.run_dir.event(
-            "worker_started", replica=ctx.replica_id, rank=ctx.rank, pid=os.getpid(), attempt=ctx.restart_count
+            Event.WORKER_STARTED, replica=ctx.replica_id, rank=ctx.rank, pid=os.getpid(), attempt=ctx.restart_count
         )
     return ctx
 
@@ -239,7 +236,7 @@ def report_training_error(exc: Optional[BaseException] = None, *, kind: Optional
         write_json(ctx.error_file, report)
     if ctx.run_dir is not None:
         ctx.run_dir.event(
-            "worker_error",
+            Event.WORKER_ERROR,
             t=now,
             replica=ctx.replica_id,
             rank=ctx.rank,
@@ -301,20 +298,13 @@ _BUILTIN_DRILLS: Dict[str, Callable[[], None]] = {
 
 def _run_drills(ctx: WorkerContext) -> None:
     assert ctx.run_dir is not None
-    path = ctx.run_dir.drill_path(ctx.replica_id, ctx.rank)
-    try:
-        os.stat(path)
-    except FileNotFoundError:
+    command = ctx.run_dir.take_drill(ctx.replica_id, ctx.rank)
+    if command is None:
         return
-    command = read_json(path) or {}
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        return  # taken already
-    kind = str(command.get("kind", ""))
+    kind = command.kind
     action = _state.drills.get(kind) or _BUILTIN_DRILLS.get(kind)
     ctx.run_dir.event(
-        "injected", replica=ctx.replica_id, rank=ctx.rank, pid=os.getpid(), kind=kind, drill_id=command.get("id")
+        Event.INJECTED, replica=ctx.replica_id, rank=ctx.rank, pid=os.getpid(), kind=kind, drill_id=command.id
     )
     if action is None:
         logger.warning("unknown failure drill %r ignored", kind)
@@ -323,21 +313,27 @@ def _run_drills(ctx: WorkerContext) -> None:
     action()
 
 
-def report_progress(step: int, *, state: str = "training", **fields: Any) -> None:
+def report_progress(step: int, *, state: Union[WorkerState, str] = WorkerState.TRAINING, **fields: Any) -> None:
     """The worker's heartbeat and status: call once per training step.
 
-    ``fields`` (quorum_id, participants, loss, ...) show in the launcher's
-    status view. Also runs any pending failure drill for this worker.
+    ``state``: a :class:`~torch_monarch.supervision.states.WorkerState`
+    value (or the script's own word). ``fields`` (quorum_id, participants,
+    loss, ...) show in the launcher's status view. Also runs any pending
+    failure drill for this worker.
     """
     ctx = worker_context()
     if ctx.run_dir is None:
         return
-    status = _state.status
-    status.update(fields)
-    status["step"] = step
-    status["state"] = state
-    status["t"] = time.time()
-    write_json(ctx.run_dir.worker_path(ctx.replica_id, ctx.rank), status)
+    assert _state.status is not None
+    status = replace(
+        _state.status,
+        state=state.value if isinstance(state, WorkerState) else state,
+        step=step,
+        t=time.time(),
+        fields={**_state.status.fields, **fields},
+    )
+    _state.status = status
+    ctx.run_dir.write_worker(status)
     _run_drills(ctx)
 
 
@@ -346,13 +342,10 @@ def record_step(step: int, **fields: Any) -> None:
     ctx = worker_context()
     if ctx.run_dir is None:
         return
-    append_jsonl(
-        ctx.run_dir.steps_path(ctx.replica_id),
-        {"t": time.time(), "step": step, "attempt": ctx.restart_count, **fields},
-    )
+    ctx.run_dir.record_step(ctx.replica_id, StepRecord(t=time.time(), step=step, attempt=ctx.restart_count, fields=fields))
 
 
-def event(name: str, **fields: Any) -> None:
+def event(name: Event, **fields: Any) -> None:
     """Adds an event of this worker to the job's timeline."""
     ctx = worker_context()
     if ctx.run_dir is not None:
@@ -361,21 +354,20 @@ def event(name: str, **fields: Any) -> None:
 
 def stop_requested(step: int) -> bool:
     """True once the job asked workers to stop at or before ``step`` (``control.json``)."""
-    stop_at = _control().get("stop_at_step")
-    return stop_at is not None and step >= int(stop_at)
+    stop_at = _control().stop_at_step
+    return stop_at is not None and step >= stop_at
 
 
-def _control() -> dict[str, Any]:
+def _control() -> ControlRecord:
     ctx = worker_context()
     if ctx.run_dir is None:
-        return {}
-    path = ctx.run_dir.control_path
+        return ControlRecord()
     try:
-        mtime = os.stat(path).st_mtime
+        mtime = os.stat(ctx.run_dir.control_path).st_mtime
     except FileNotFoundError:
-        return {}
+        return ControlRecord()
     if mtime != _state.control_mtime:
-        _state.control = read_json(path) or {}
+        _state.control = ctx.run_dir.read_control()
         _state.control_mtime = mtime
     return _state.control
 
@@ -391,10 +383,10 @@ def wait_for_start(timeout: Duration = timedelta(minutes=10), poll_s: float = 0.
     ctx = worker_context()
     if ctx.run_dir is None or os.environ.get("MONARCH_START_BARRIER") != "1":
         return
-    report_progress(0, state="ready")
+    report_progress(0, state=WorkerState.READY)
     wait = as_timedelta(timeout, "wait_for_start(timeout)").total_seconds()
     deadline = time.monotonic() + wait
-    while not _control().get("start"):
+    while not _control().start:
         if time.monotonic() > deadline:
             raise TimeoutError(f"no start signal in {ctx.run_dir.control_path} after {wait:.0f}s")
         time.sleep(poll_s)
