@@ -156,6 +156,18 @@ def test_missing_torchmonarch_names_the_extra(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(60)
+def test_dryrun_prints_the_monarch_plan(tmp_path: Path) -> None:
+    result = _run([sys.executable, "-m", "torch_monarch.run", "--orchestrator", "monarch", "--replicas", "2", "--nproc-per-node", "3",
+                   "--dryrun", "--run-dir", str(tmp_path), str(SCRIPT), "--steps", "5"], timeout=50)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "OrchestrationManager" in result.stdout and "LighthouseActor" in result.stdout
+    for rid in ("0", "1"):
+        assert f"ReplicaActor {rid}: 3 x TrainerActor running {SCRIPT} --steps 5" in result.stdout
+    assert "torch_monarch.run" not in result.stdout  # no replica agents: that is the embedded backend's plan
+    assert not (tmp_path / "events.jsonl").exists()  # a dry run starts nothing
+
+
+@pytest.mark.timeout(60)
 def test_unknown_orchestrator_is_rejected() -> None:
     for module in ("torch_monarch.run", "torch_monarch.demo"):
         result = subprocess.run([sys.executable, "-m", module, "--orchestrator", "kubernetes", str(SCRIPT)], env=_env(), cwd=REPO_ROOT,

@@ -13,7 +13,6 @@ things they share:
 from __future__ import annotations
 
 import dataclasses
-import functools
 import types
 import typing
 from datetime import timedelta
@@ -39,9 +38,18 @@ def as_timedelta(value: Duration, name: str = "") -> timedelta:
     raise TypeError(f"{where}a duration must be a timedelta or a number of seconds, got {value!r}")
 
 
-@functools.lru_cache(maxsize=None)
+_DURATION_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
 def _duration_fields(config_type: type) -> tuple[str, ...]:
-    """The fields of a dataclass declared ``timedelta`` or ``Optional[timedelta]``."""
+    """The fields of a dataclass declared ``timedelta`` or ``Optional[timedelta]`` (cached per class)."""
+    known = _DURATION_FIELDS.get(config_type)
+    if known is None:
+        known = _DURATION_FIELDS[config_type] = _find_duration_fields(config_type)
+    return known
+
+
+def _find_duration_fields(config_type: type) -> tuple[str, ...]:
     hints = typing.get_type_hints(config_type)
     names = []
     for field in dataclasses.fields(config_type):
@@ -52,7 +60,7 @@ def _duration_fields(config_type: type) -> tuple[str, ...]:
     return tuple(names)
 
 
-def coerce_durations(config: Any) -> None:
+def coerce_durations(config: object) -> None:
     """Turns each number given for a duration field of the dataclass ``config`` into a timedelta.
 
     For the ``__post_init__`` of configs without environment overrides;

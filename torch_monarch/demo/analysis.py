@@ -17,6 +17,7 @@ from typing import Any, Optional
 
 import torch
 
+from torch_monarch.demo.model import TinyLM
 from torch_monarch.supervision.drills import worker_drill_kinds
 from torch_monarch.supervision.events import Event
 from torch_monarch.supervision.rundir import RunDir
@@ -258,7 +259,7 @@ def participants_per_sync(run: RunData) -> dict[int, int]:
     return dict(sorted(counts.items()))
 
 
-def eval_final_params(run_dir: Path, eval_batches: list[tuple[torch.Tensor, torch.Tensor]], model: torch.nn.Module) -> dict[str, Any]:
+def eval_final_params(run_dir: Path, eval_batches: list[tuple[torch.Tensor, torch.Tensor]], model: TinyLM) -> dict[str, Any]:
     """Loads the final parameters of every rank of every replica: are they identical, and their eval loss.
 
     ``replicas`` counts the replicas that saved them, ``steps`` is one per replica.

@@ -24,6 +24,7 @@ import signal
 import statistics
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -48,7 +49,7 @@ def _schedule(duration: float, every: float) -> InjectionSpec:
     margin = min(15.0, duration / 4)
     if duration - margin < every:
         every = max(1.0, (duration - margin) / 2)
-    return InjectionSpec(every=every, until=duration - margin)
+    return InjectionSpec(every=timedelta(seconds=every), until=timedelta(seconds=duration - margin))
 
 
 def _sync_every(text: str) -> int:

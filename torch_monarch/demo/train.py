@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import torch
 import torch.distributed as dist
@@ -49,7 +49,7 @@ from torch_monarch.supervision.states import WorkerState
 logger: logging.Logger = logging.getLogger("torch_monarch.demo.train")
 
 
-def _flat_grads(params: list[torch.Tensor]) -> torch.Tensor:
+def _flat_grads(params: Sequence[torch.Tensor]) -> torch.Tensor:
     return torch.cat(
         [p.grad.reshape(-1) if p.grad is not None else torch.zeros(p.numel(), device=p.device) for p in params]
     )
@@ -77,7 +77,7 @@ def _cuda_error_in_step() -> None:
     torch.cuda.synchronize()
 
 
-def _set_grads(params: list[torch.Tensor], flat: torch.Tensor) -> None:
+def _set_grads(params: Sequence[torch.Tensor], flat: torch.Tensor) -> None:
     offset = 0
     for p in params:
         n = p.numel()

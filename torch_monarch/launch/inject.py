@@ -164,7 +164,7 @@ class FailureInjector:
 
     def _candidates(self) -> list[tuple[str, int, int]]:
         """(replica, rank, pid) of workers in replicas whose workers are all training."""
-        out = []
+        out: list[tuple[str, int, int]] = []
         for replica_id in self.replica_ids:
             agent = self.run_dir.read_agent(replica_id)
             if agent is None or agent.state != SupervisorState.RUNNING:

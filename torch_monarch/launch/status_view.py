@@ -34,7 +34,7 @@ def _replica_state(agent: Optional[AgentRecord], workers: list[Optional[WorkerRe
     if agent is None:
         return SupervisorState.PENDING.value
     if agent.state != SupervisorState.RUNNING:
-        return agent.state.value
+        return str(agent.state.value)
     live_pids = set(agent.workers.values())
     current = [w for w in workers if w is not None and w.pid in live_pids]
     if len(current) < len(live_pids) or any(w.state == WorkerState.STARTING for w in current):

@@ -1,12 +1,14 @@
-"""What one ReplicaActor is told (the job itself is a :class:`~torch_monarch.job.config.JobConfig`)."""
+"""What the Monarch orchestrator's actors are told and tell (the job itself is a :class:`~torch_monarch.job.config.JobConfig`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 from torch_monarch.job.config import JobConfig
+from torch_monarch.supervision.failure import Failure
 
-__all__ = ["ReplicaConfig"]
+__all__ = ["OrchestrationStatus", "ReplicaConfig"]
 
 
 @dataclass(frozen=True)
@@ -16,3 +18,20 @@ class ReplicaConfig:
     replica_id: str
     lighthouse: str
     job: JobConfig
+
+
+@dataclass(frozen=True)
+class OrchestrationStatus:
+    """What one supervision pass of the OrchestrationManager found.
+
+    Attributes:
+        running: the job goes on.
+        succeeded: every replica finished (or was dropped while enough remained).
+        fatal: the replica failure that ended the job.
+        lost: why the job ended otherwise (the Lighthouse failed).
+    """
+
+    running: bool
+    succeeded: bool = False
+    fatal: Optional[Failure] = None
+    lost: Optional[str] = None

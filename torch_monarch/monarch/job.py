@@ -10,10 +10,11 @@ analysis) reads the run directory exactly as for the embedded backend.
 from __future__ import annotations
 
 import logging
-from typing import Any, Optional
+from typing import Optional
 
 from torch_monarch.job.config import JobConfig
 from torch_monarch.monarch._require import require_monarch
+from torch_monarch.monarch.config import OrchestrationStatus
 from torch_monarch.monarch.handles import ActorMesh, ProcMesh
 from torch_monarch.supervision.events import Event
 from torch_monarch.supervision.failure import Failure
@@ -37,7 +38,7 @@ class MonarchJob:
         self.lighthouse_address: str = config.lighthouse_address
         self._procs: Optional[ProcMesh] = None
         self._manager: Optional[ActorMesh] = None
-        self._state: dict[str, Any] = {}
+        self._status = OrchestrationStatus(running=False)
         self._unhandled: Optional[str] = None
 
     def dryrun(self) -> str:
@@ -48,7 +49,7 @@ class MonarchJob:
         header = f"# OrchestrationManager: lighthouse {lighthouse}, run dir {self.config.run_dir}"
         return "\n".join([header, *(scheduler.dryrun(spec) for spec in replica_specs(self.config))])
 
-    def _on_unhandled(self, failure: Any) -> None:
+    def _on_unhandled(self, failure: object) -> None:
         # Monarch's default ends this process; the job reports it and stops instead.
         logger.error("monarch: unhandled failure: %s", failure)
         self._unhandled = str(failure)
@@ -69,21 +70,21 @@ class MonarchJob:
         assert self._manager is not None, "start() first"
         if self._unhandled is not None:
             return False
-        self._state = self._manager.poll.call_one().get()
-        return bool(self._state["running"])
+        status: OrchestrationStatus = self._manager.poll.call_one().get()
+        self._status = status
+        return status.running
 
     @property
     def succeeded(self) -> bool:
-        return self._unhandled is None and bool(self._state.get("succeeded"))
+        return self._unhandled is None and self._status.succeeded
 
     @property
     def fatal(self) -> Optional[Failure]:
-        data = self._state.get("fatal")
-        return Failure.from_json(data) if data else None
+        return self._status.fatal
 
     @property
     def failure_message(self) -> Optional[str]:
-        return self._unhandled or self._state.get("lost")
+        return self._unhandled or self._status.lost
 
     def stop(self) -> None:
         if self._manager is not None:

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Optional
+from typing import Optional
 
 from monarch.actor import Actor, MeshFailure, endpoint, this_host
 
 from torch_monarch.job.config import JobConfig
+from torch_monarch.monarch.config import OrchestrationStatus
+from torch_monarch.monarch.handles import ActorMesh, ProcMesh
 from torch_monarch.monarch.lighthouse import LighthouseActor
 from torch_monarch.monarch.scheduler import ReplicaActorScheduler, replica_specs
 from torch_monarch.supervision.orchestrator import Orchestrator
@@ -41,8 +43,8 @@ class OrchestrationManager(Actor):
         self.run_dir = RunDir(config.run_dir)
         self.scheduler: Optional[ReplicaActorScheduler] = None
         self.orchestrator: Optional[Orchestrator] = None
-        self._lighthouse_procs: Any = None
-        self._lighthouse: Any = None
+        self._lighthouse_procs: Optional[ProcMesh] = None
+        self._lighthouse: Optional[ActorMesh] = None
         self._lost: Optional[str] = None
 
     @endpoint
@@ -68,17 +70,15 @@ class OrchestrationManager(Actor):
         return address
 
     @endpoint
-    async def poll(self) -> dict[str, Any]:
-        """One supervision pass: ``running``, ``succeeded`` and the ``fatal`` failure (JSON) if any."""
+    async def poll(self) -> OrchestrationStatus:
+        """One supervision pass."""
         assert self.orchestrator is not None, "start() first"
-        running = self.orchestrator.poll() and self._lost is None
-        fatal = self.orchestrator.fatal
-        return {
-            "running": running,
-            "succeeded": self.orchestrator.succeeded and self._lost is None,
-            "fatal": fatal.to_json() if fatal is not None else None,
-            "lost": self._lost,
-        }
+        return OrchestrationStatus(
+            running=self.orchestrator.poll() and self._lost is None,
+            succeeded=self.orchestrator.succeeded and self._lost is None,
+            fatal=self.orchestrator.fatal,
+            lost=self._lost,
+        )
 
     @endpoint
     async def shutdown(self) -> None:
@@ -90,12 +90,14 @@ class OrchestrationManager(Actor):
             try:
                 await self._lighthouse.shutdown.call_one()
             finally:
+                assert self._lighthouse_procs is not None
                 await self._lighthouse_procs.stop()
                 self._lighthouse = None
 
     async def __supervise__(self, failure: MeshFailure) -> bool:
         handle = self.scheduler.handle_of(failure.mesh_name) if self.scheduler is not None else None
         if handle is not None:
+            assert self.scheduler is not None
             logger.warning("orchestration: replica %s escalated", handle)
             self.scheduler.escalated(handle, str(failure))
             assert self.orchestrator is not None

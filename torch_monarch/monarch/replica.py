@@ -39,6 +39,7 @@ from monarch.spmd import setup_torch_elastic_env_async
 from torch_monarch.monarch.config import ReplicaConfig
 from torch_monarch.monarch.failure import crashed_ranks, exit_text, trainer_failure
 from torch_monarch.monarch.forkserver import ProcForkserver
+from torch_monarch.monarch.handles import ActorMesh, ProcMesh
 from torch_monarch.monarch.trainer import TrainerActor
 from torch_monarch.supervision.events import Event
 from torch_monarch.supervision.failure import Failure, root_cause
@@ -70,8 +71,8 @@ class _Attempt:
 
     attempt: int
     name: str
-    procs: Any
-    trainers: Any
+    procs: ProcMesh
+    trainers: ActorMesh
     pids: list[int]
 
 

@@ -20,6 +20,7 @@ from monarch.actor import this_host
 
 from torch_monarch.job.config import JobConfig
 from torch_monarch.monarch.config import ReplicaConfig
+from torch_monarch.monarch.handles import ActorMesh, ProcMesh
 from torch_monarch.monarch.replica import ReplicaActor
 from torch_monarch.supervision.failure import Failure, FailureKind
 from torch_monarch.supervision.rundir import RunDir
@@ -41,8 +42,8 @@ def replica_specs(config: JobConfig) -> list[ReplicaSpec]:
 @dataclass
 class _Allocation:
     replica_id: str
-    procs: Any
-    actor: Any
+    procs: ProcMesh
+    actor: ActorMesh
     state: ReplicaState = ReplicaState.RUNNING
     failure: Optional[Failure] = None
     message: str = ""

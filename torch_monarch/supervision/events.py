@@ -15,6 +15,8 @@ __all__ = ["Event"]
 class Event(str, enum.Enum):
     """An event name; the comment above each lists its fields and who writes it."""
 
+    _value_: str
+
     # -- the job (launcher / job backend) --------------------------------------
     #: replicas, orchestrator, scheduler, lighthouse (embedded only)
     JOB_STARTED = "job_started"

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from torch_monarch.supervision.events import Event
 from torch_monarch.supervision.failure import Failure, FailureKind
@@ -86,7 +86,7 @@ class Orchestrator(Supervisor):
 
     # -- lifecycle ------------------------------------------------------------
 
-    def _event(self, name: Event, **fields: object) -> None:
+    def _event(self, name: Event, **fields: Any) -> None:
         if self.run_dir is not None:
             self.run_dir.event(name, **fields)
 

@@ -76,7 +76,7 @@ class RestartPolicy:
 
 def replacement_policy(max_replacements: int) -> RestartPolicy:
     """How often the orchestrator replaces one replica: ``max_replacements`` within an hour, without backoff."""
-    return RestartPolicy(max_restarts=max_replacements, window=timedelta(hours=1), backoff=0)
+    return RestartPolicy(max_restarts=max_replacements, window=timedelta(hours=1), backoff=Backoff(initial=timedelta(0)))
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,8 @@ __all__ = ["ACTIVE_WORKER_STATES", "SupervisorState", "WorkerState"]
 class SupervisorState(str, enum.Enum):
     """A replica supervisor's state (``replicas/<id>/agent.json``)."""
 
+    _value_: str
+
     #: not started yet (no ``agent.json``)
     PENDING = "pending"
     #: the replica's workers run (the status view refines it from the workers' states)
@@ -36,6 +38,8 @@ class SupervisorState(str, enum.Enum):
 
 class WorkerState(str, enum.Enum):
     """A worker's state (``replicas/<id>/rank<r>.json``), as it last reported it."""
+
+    _value_: str
 
     #: the process started (``init_worker``)
     STARTING = "starting"
