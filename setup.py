@@ -302,6 +302,8 @@ setup(
             # torchx 0.7 is the first release whose specs import on Python 3.11; an
             # unpinned resolve can fall back to 0.3, which does not.
             "torchx==0.7.0",
+            # the type check of .ci/run (mypy.ini)
+            "mypy==2.4.1",
             "kubernetes",
             "matplotlib",
             # the Monarch orchestrator's tests run real Monarch (CPU wheel).

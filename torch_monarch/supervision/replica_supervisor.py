@@ -196,42 +196,22 @@ class ReplicaSupervisor(Supervisor):
         not known, and then ``unexplained`` is the message. ``report`` is the
         worker's error file, ``stderr_tail`` the end of its stderr.
         """
-        who = f"replica {self.replica_id} / rank {rank} (pid {pid})"
-        hang = self._hangs.get(pid) if pid is not None else None
-        if hang is not None:
-            return Failure(
-                who=who,
-                kind=FailureKind.HANG,
-                time=detected_at,
-                message=hang.reason,
-                replica_id=self.replica_id,
-                rank=rank,
-                pid=pid,
-                exitcode=exitcode,
-                signal=hang.signal,
-                detected_at=detected_at,
-            )
-        if exitcode is None:
-            return Failure(
-                who=who,
-                kind=FailureKind.EXIT_CODE,
-                time=detected_at,
-                message=unexplained,
-                replica_id=self.replica_id,
-                rank=rank,
-                pid=pid,
-                detected_at=detected_at,
-            )
-        return Failure.from_exit(
-            who=who,
-            exitcode=exitcode,
+        # Who failed, and when it was noticed: the same in every case.
+        worker: dict[str, Any] = dict(
+            who=f"replica {self.replica_id} / rank {rank} (pid {pid})",
             replica_id=self.replica_id,
             rank=rank,
             pid=pid,
-            report=report,
-            stderr_tail=stderr_tail,
             detected_at=detected_at,
         )
+        hang = self._hangs.get(pid) if pid is not None else None
+        if hang is not None:
+            return Failure(
+                kind=FailureKind.HANG, time=detected_at, message=hang.reason, exitcode=exitcode, signal=hang.signal, **worker
+            )
+        if exitcode is None:
+            return Failure(kind=FailureKind.EXIT_CODE, time=detected_at, message=unexplained, **worker)
+        return Failure.from_exit(exitcode=exitcode, report=report, stderr_tail=stderr_tail, **worker)
 
     def replica_failure(self, message: str, kind: FailureKind = FailureKind.EXIT_CODE) -> Failure:
         """A failure of the replica that names no worker (e.g. the worker group as a whole)."""
