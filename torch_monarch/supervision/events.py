@@ -3,6 +3,7 @@
 Every event is one JSON line ``{"t": <time.time()>, "event": <name>, ...}``
 (:meth:`~torch_monarch.supervision.rundir.RunDir.event`); the fields each
 one carries are listed here next to its name. ``replica`` is a replica id.
+A training script may add events of its own names (``supervision.worker.event``).
 """
 
 from __future__ import annotations

@@ -423,9 +423,13 @@ class RunDir:
 
     # -- events and steps ---------------------------------------------------
 
-    def event(self, event: Event, t: Optional[float] = None, **fields: Any) -> dict[str, Any]:
-        """Appends an event to the timeline and returns it."""
-        record = {"t": time.time() if t is None else t, "event": event.value, **fields}
+    def event(self, event: Union[Event, str], t: Optional[float] = None, **fields: Any) -> dict[str, Any]:
+        """Appends an event to the timeline and returns it.
+
+        ``event``: one of the package's :class:`Event` names, or a training script's own.
+        """
+        name = event.value if isinstance(event, Event) else event
+        record = {"t": time.time() if t is None else t, "event": name, **fields}
         append_jsonl(self.events_path, record)
         return record
 

@@ -345,8 +345,8 @@ def record_step(step: int, **fields: Any) -> None:
     ctx.run_dir.record_step(ctx.replica_id, StepRecord(t=time.time(), step=step, attempt=ctx.restart_count, fields=fields))
 
 
-def event(name: Event, **fields: Any) -> None:
-    """Adds an event of this worker to the job's timeline."""
+def event(name: Union[Event, str], **fields: Any) -> None:
+    """Adds an event of this worker to the job's timeline (an :class:`Event`, or the script's own name)."""
     ctx = worker_context()
     if ctx.run_dir is not None:
         ctx.run_dir.event(name, replica=ctx.replica_id, rank=ctx.rank, pid=os.getpid(), **fields)
