@@ -1,5 +1,5 @@
 # Types of the C++ extension torch_monarch._C (csrc/python/bindings.cc).
-from typing import Any, Optional
+from typing import Any, Optional, TypedDict
 
 from torch._C._distributed_c10d import Backend, Store
 
@@ -25,3 +25,17 @@ class MonarchBackend(Backend):
 def create_backend(store: Store, rank: int, size: int, group_name: str, options: Options) -> MonarchBackend: ...
 def backend_option_names() -> list[str]: ...
 def gpu_report() -> list[tuple[str, str]]: ...
+def choose_gpu_route(gpu_transport: str, ranks: list[tuple[bytes, bool]]) -> tuple[str, str]: ...
+
+class RdmaReport(TypedDict):
+    library: str
+    version: str
+    error: str
+    # (provider, fabric, domain, rma) of each provider with reliable datagram endpoints
+    providers: list[tuple[str, str, str, bool]]
+
+# Whether the rdma transport was compiled against libfabric's headers.
+RDMA_BUILT: bool
+
+def rdma_report() -> RdmaReport: ...
+def rdma_resources() -> dict[str, int]: ...

@@ -110,7 +110,7 @@ def _read(path: Path) -> str:
 
 
 def _sysfs_devices(root: Path) -> list[RdmaDevice]:
-    devices = []
+    devices: list[RdmaDevice] = []
     if not root.is_dir():
         return devices
     for entry in sorted(root.iterdir()):
@@ -186,7 +186,7 @@ def libfabric_report() -> LibfabricReport:
         library=facts["library"],
         version=facts["version"],
         error=facts["error"],
-        providers=[tuple(entry) for entry in facts["providers"]],
+        providers=list(facts["providers"]),
     )
 
 

@@ -79,5 +79,6 @@ def error_from_info(info: Optional[tuple[str, Sequence[int], str]]) -> Optional[
 
 def _error_class(name: str) -> type[MonarchError]:
     """The class the C++ table of failure kinds names ``name``; ``MonarchError`` if none."""
-    classes = {c.__name__: c for c in (MonarchError, *MonarchError.__subclasses__())}
+    candidates: list[type[MonarchError]] = [MonarchError, *MonarchError.__subclasses__()]
+    classes = {c.__name__: c for c in candidates}
     return classes.get(name, MonarchError)

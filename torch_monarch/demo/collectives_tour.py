@@ -78,6 +78,7 @@ def _tour() -> None:
         t = torch.tensor([float(rank)])
         right, left = (rank + 1) % world, (rank - 1) % world
         request = dist.isend(t, right)
+        assert request is not None  # None only for a rank outside the group
         got = torch.zeros(1)
         dist.recv(got, left)
         request.wait()

@@ -28,7 +28,8 @@ class _Block(nn.Module):
         q, k, v = (z.view(shape).transpose(1, 2) for z in (q, k, v))
         attn = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + self.proj(attn.transpose(1, 2).reshape(b, t, d))
-        return x + self.ff(self.ln2(x))
+        out: torch.Tensor = x + self.ff(self.ln2(x))
+        return out
 
 
 class TinyLM(nn.Module):
@@ -46,7 +47,8 @@ class TinyLM(nn.Module):
         x = self.tok(tokens) + self.pos[: tokens.shape[1]]
         for block in self.blocks:
             x = block(x)
-        return self.ln(x) @ self.tok.weight.t()
+        logits: torch.Tensor = self.ln(x) @ self.tok.weight.t()
+        return logits
 
     def loss(self, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         logits = self(tokens)

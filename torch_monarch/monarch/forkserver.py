@@ -45,7 +45,7 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, Union
 
 from torch_monarch.monarch._forkserver_client import recv_exactly
 from torch_monarch.monarch.failure import exit_text
@@ -233,8 +233,9 @@ def serve(path: str, exits: str, parent_pid: int, preload: Sequence[str]) -> Non
     clients: dict[int, socket.socket] = {}
     sys.stdout.write("ready\n")
     sys.stdout.flush()
+    watched: list[Union[socket.socket, int]] = [listener, wake_r]
     while True:
-        ready, _, _ = select.select([listener, wake_r], [], [])
+        ready, _, _ = select.select(watched, [], [])
         if wake_r in ready:
             try:
                 while os.read(wake_r, 4096):

@@ -78,8 +78,8 @@ def _manager_store(rank: int, world_size: int) -> tuple[Any, str, int]:
     if not dist.is_initialized():
         raise RuntimeError("make_manager: ranks > 0 need the replica's default process group initialised first")
     address = dist.distributed_c10d._get_default_store().get(_STORE_KEY).decode()
-    host, port = address.rsplit(":", 1)
-    return None, host, int(port)
+    host, port_text = address.rsplit(":", 1)
+    return None, host, int(port_text)
 
 
 def make_manager(
@@ -127,6 +127,6 @@ def make_manager(
         **manager_kwargs,
     )
     # Keep this incarnation's store server alive as long as the Manager.
-    manager._monarch_store = store  # type: ignore[attr-defined]
+    manager._monarch_store = store
     logger.info("replica %s rank %d: manager on store %s:%d with %s", replica_id, rank, host, port, type(pg).__name__)
     return manager

@@ -252,4 +252,4 @@ class DiLoCoSync:
         self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException], tb: Optional[TracebackType]
     ) -> bool:
         self._hook.remove()
-        return self._diloco.__exit__(exc_type, exc, tb)
+        return bool(self._diloco.__exit__(exc_type, exc, tb))

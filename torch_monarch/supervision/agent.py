@@ -105,7 +105,7 @@ class MonarchAgent(LocalElasticAgent):
 
     def _start_workers(self, worker_group: WorkerGroup) -> dict[int, Any]:
         self._supervisor.start_attempt()
-        pids = super()._start_workers(worker_group)
+        pids: dict[int, Any] = super()._start_workers(worker_group)
         assert self._pcontext is not None
         _bound_close(self._pcontext, self._stop_timeout_s)
         self._supervisor.event(Event.WORKERS_STARTED, attempt=self._supervisor.restarts, pids=list(pids.values()))
@@ -122,7 +122,7 @@ class MonarchAgent(LocalElasticAgent):
         if self._pcontext is not None and worker_group.state == WorkerState.HEALTHY:
             ranks = {w.local_rank: w.global_rank for w in worker_group.workers}
             self._supervisor.kill_hung(self._pcontext.pids(), ranks)
-        result = super()._monitor_workers(worker_group)
+        result: RunResult = super()._monitor_workers(worker_group)
         if result.state in (WorkerState.FAILED, WorkerState.UNHEALTHY):
             failure = self._failure_of(result, worker_group)
             self._last_failure = failure
