@@ -46,7 +46,9 @@ FRAME_PROBE_DEPENDS = [
     "transport/channel_registry.cc",
     "transport/connection.cc",
     "transport/event_loop.cc",
-    "transport/remote_read.cc",
+    "transport/host_identity.cc",
+    "transport/remote_read/cross_memory.cc",
+    "transport/remote_read/remote_read_path.cc",
     "transport/socket.cc",
     "transport/transfer.cc",
     "transport/wire.cc",
@@ -58,8 +60,9 @@ def _note(message: str) -> None:
     print(f"torch_monarch build: {message}", file=sys.stderr)
 
 
-# The rdma transport compiles against libfabric's headers (the library itself
-# is dlopen'd at run time); without them its stand-in says so at run time.
+# These files of the rdma transport compile against libfabric's headers (the
+# library itself is dlopen'd at run time); without them their stand-in says so
+# at run time. The rest of transport/rdma/ (the payload path) always builds.
 RDMA_SOURCES = ["transport/rdma/libfabric.cc", "transport/rdma/rdma_endpoint.cc", "transport/rdma/registration_cache.cc"]
 RDMA_UNAVAILABLE = "transport/rdma/unavailable.cc"
 
@@ -83,7 +86,7 @@ def _all_sources() -> list[str]:
     sources = (p.relative_to(CSRC).as_posix() for p in CSRC.rglob("*.cc"))
     rdma = set(rdma_sources())
     return sorted(
-        s for s in sources if s != FRAME_PROBE and (not s.startswith("transport/rdma/") or s in rdma)
+        s for s in sources if s != FRAME_PROBE and (s not in (*RDMA_SOURCES, RDMA_UNAVAILABLE) or s in rdma)
     )
 
 
