@@ -45,12 +45,15 @@ def _config(process_group: str) -> Any:
     )
 
 
+@pytest.mark.newest_stack
 def test_monarch_gives_the_manager_a_process_group_monarch(recorded: dict[str, Any]) -> None:
     gloo = torchft.ProcessGroupGloo
     assert "torchtitan.experiments.torchft.manager.TorchFTManager" in hook.install()
     config = _config("monarch")
     manager_module.TorchFTManager(config)
     assert isinstance(recorded["pg"], ProcessGroupMonarch)
+    if hasattr(torchft.process_group.ProcessGroup, "set_rank_info"):  # TorchFT 0.3: the Manager checks this
+        assert recorded["pg"].supports_reconfigure
     assert recorded["pg"]._timeout == timedelta(milliseconds=2500)
     assert recorded["replica_id"] == "torchtitan_ft_1"
     assert recorded["use_async_quorum"] is False  # DiLoCo: synchronous quorum, as TorchTitan sets it
@@ -59,6 +62,7 @@ def test_monarch_gives_the_manager_a_process_group_monarch(recorded: dict[str, A
     assert torchft.ProcessGroupGloo is gloo
 
 
+@pytest.mark.newest_stack
 def test_other_process_groups_are_untouched(recorded: dict[str, Any]) -> None:
     hook.install()
     manager_module.TorchFTManager(_config("gloo"))

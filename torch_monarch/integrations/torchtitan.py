@@ -110,7 +110,10 @@ def install() -> list[str]:
     try:
         import torchft  # noqa: F401 - the manager needs it
     except ImportError as e:
-        raise ImportError("TorchTitan's fault tolerance needs torchft: pip install 'torch_monarch[torchtitan]'") from e
+        raise ImportError(
+            "TorchTitan's fault tolerance needs TorchFT: "
+            "pip install 'torch_monarch[ft,torchtitan]' (or [ft-nightly,torchtitan])"
+        ) from e
     hooked = []
     for manager in _present(_MANAGERS):
         _wrap_once(manager, "__init__", _hooked)
