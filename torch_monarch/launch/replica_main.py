@@ -80,6 +80,9 @@ def run_script_module(module: str, *script_args: str) -> None:
     import sys
 
     sys.argv = [module, *script_args]
+    # Preloaded by the server (say a TorchTitan hook module): run it afresh as __main__, as
+    # ``python -m`` would, without runpy's warning about a module imported before it ran.
+    sys.modules.pop(module, None)
     runpy.run_module(module, run_name="__main__", alter_sys=True)
 
 
