@@ -114,8 +114,15 @@ def test_torchtitan_0_2_runs_its_ft_trainer_and_logs_the_loss(monkeypatch: pytes
             if self.step == 2:  # TorchTitan logs the loss every --metrics.log_freq steps
                 self.metrics_processor.log(self.step, 2.5, 2.75, 0.5)
 
+    class ConfigManager:
+        # TorchTitan's default argument: sys.argv as it was when its module loaded (in a
+        # forkserver that preloaded TorchTitan: the server's argv, not the worker's).
+        def parse_args(self, args: list[str] = ["--stale.server_argv"]) -> list[str]:  # noqa: B006
+            return args
+
     def main(trainer_class: type) -> None:
         ran["trainer"] = trainer_class
+        ran["config"] = ConfigManager().parse_args()
         trainer = trainer_class()
         trainer.step, trainer.metrics_processor = 0, MetricsProcessor()
         for _ in range(3):
@@ -127,6 +134,7 @@ def test_torchtitan_0_2_runs_its_ft_trainer_and_logs_the_loss(monkeypatch: pytes
         "torchtitan.train": train,
         "torchtitan.experiments.ft.train": _module("torchtitan.experiments.ft.train", FTTrainer=FTTrainer),
         "torchtitan.components.metrics": _module("torchtitan.components.metrics", MetricsProcessor=MetricsProcessor),
+        "torchtitan.config.manager": _module("torchtitan.config.manager", ConfigManager=ConfigManager),
         "torchtitan.trainer": None,  # 0.3.x only: importing it raises ImportError
         "torchtitan.experiments.torchft.trainer": None,
     }.items():
@@ -135,8 +143,11 @@ def test_torchtitan_0_2_runs_its_ft_trainer_and_logs_the_loss(monkeypatch: pytes
     # Not supervised here: the supervisor's wrapper ends the process on an error (pytest's too).
     monkeypatch.setattr(supervision, "supervised", lambda main: main)
     monkeypatch.setattr(supervision, "record_step", lambda step, **fields: recorded.append((step, fields)))
+    monkeypatch.setenv("REPLICA_GROUP_ID", "1")
+    monkeypatch.setenv("NUM_REPLICA_GROUPS", "2")
     hook.main(["--fault_tolerance.enable"])
     assert ran["trainer"] is FTTrainer
+    assert ran["config"] == ["--fault_tolerance.enable", "--fault_tolerance.replica_id=1", "--fault_tolerance.group_size=2"]
     assert recorded == [(1, {}), (2, {"loss": 2.5}), (3, {})]
 
 

@@ -20,6 +20,7 @@ from torch_monarch.monarch._require import require_monarch
 from torch_monarch.monarch.config import MonarchJobConfig, TrainerSpec
 from torch_monarch.quorum.lighthouse import LighthouseConfig
 from torch_monarch.supervision.failure import Failure
+from torch_monarch.supervision.preload import base_preload
 
 __all__ = ["MonarchJob", "job_config"]
 
@@ -30,7 +31,7 @@ def job_config(args: argparse.Namespace, run_dir: str, lighthouse: LighthouseCon
     """The Monarch job that ``monarch-run``'s ``args`` describe."""
     if args.no_python:
         raise SystemExit("monarch-run: --no-python is not supported with --orchestrator monarch (trainers run Python)")
-    preload = ("torch", *(m for m in args.preload.split(",") if m))
+    preload = tuple(base_preload([m for m in args.preload.split(",") if m]))
     trainer = TrainerSpec(
         script=args.training_script,
         args=tuple(args.training_script_args),

@@ -15,7 +15,6 @@ which replaces the replica or carries on without it.
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import os
 import sys
 import time
@@ -25,8 +24,9 @@ from datetime import timedelta
 from typing import Any, Callable, Optional, Sequence, Union
 
 from torch_monarch._config import coerce_durations
-from torch_monarch.supervision.failure import Failure
+from torch_monarch.supervision.failure import Failure, FailureKind
 from torch_monarch.supervision.policy import RestartBudget, RestartPolicy
+from torch_monarch.supervision.preload import PreloadError, start_forkserver
 from torch_monarch.supervision.probes import HangConfig, HangProbe
 from torch_monarch.supervision.rundir import RunDir, write_json
 from torch_monarch.supervision.supervisor import Supervisor
@@ -110,7 +110,8 @@ class ReplicaOptions:
         hang: hang probe settings.
         run_dir: the job's run directory, if any.
         preload: modules the forkserver imports once, so restarted workers
-            fork with them loaded (``start_method="forkserver"`` only).
+            fork with them loaded (``start_method="forkserver"`` only; a
+            module that initialises CUDA is refused, see ``cuda_clean``).
         env: extra environment for the workers.
         stop_timeout: SIGTERM grace when stopping workers (a number is seconds).
     """
@@ -145,6 +146,22 @@ def _plain_torch_log_format() -> None:
                 handler.setFormatter(plain)
 
 
+def _refuse_preload(options: ReplicaOptions, error: PreloadError) -> int:
+    """Reports a refused preload as the replica's escalated failure: no worker started."""
+    failure = Failure(
+        who=f"replica {options.replica_id} / forkserver",
+        kind=FailureKind.EXCEPTION,
+        time=time.time(),
+        message=str(error),
+        replica_id=options.replica_id,
+        error_type=type(error).__name__,
+    )
+    if options.run_dir is not None:
+        write_json(options.run_dir.escalation_path(options.replica_id), failure.to_json())
+    print(f"replica {options.replica_id}: {error}", file=sys.stderr)
+    return EXIT_ESCALATED
+
+
 def run_replica(config: Any, entrypoint: Union[Callable[..., Any], str], args: Sequence[Any], options: ReplicaOptions) -> int:
     """Runs one replica's workers on this host until they finish.
 
@@ -177,8 +194,13 @@ def run_replica(config: Any, entrypoint: Union[Callable[..., Any], str], args: S
     if run_dir is not None:
         os.environ["MONARCH_RUN_DIR"] = str(run_dir.root)
     os.environ.update(options.env)
-    if config.start_method == "forkserver" and options.preload:
-        multiprocessing.set_forkserver_preload(list(options.preload))
+    if config.start_method == "forkserver":
+        try:
+            server = start_forkserver(options.preload)
+        except PreloadError as e:
+            return _refuse_preload(options, e)
+        if run_dir is not None:
+            run_dir.event("forkserver_ready", replica=options.replica_id, pid=server, preload=list(options.preload))
 
     rdzv_parameters = RendezvousParameters(
         backend=config.rdzv_backend,
