@@ -340,7 +340,9 @@ def _ppid(pid: int) -> int:
 
 
 def node_names() -> list[str]:
-    return ["node1", "node2", "node3"] if _multiple_slurmd() else ["node1"]
+    """The first node is named after this machine, as Monarch's SlurmJob dials its workers by node name."""
+    host = socket.gethostname().split(".")[0]
+    return [host, "node2", "node3"] if _multiple_slurmd() else [host]
 
 
 @pytest.fixture(scope="module")
@@ -370,6 +372,7 @@ if __name__ == "__main__":
     if reason:
         raise SystemExit(reason)
     up = SlurmCluster(Path(tempfile.mkdtemp(prefix="slurm-test-")), node_names())
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # kill PID stops it cleanly too
     try:
         up.start()
         print(f"export SLURM_CONF={up.conf}\n{up.run('sinfo')}", flush=True)
