@@ -91,7 +91,7 @@ class Job:
             return LocalScheduler(self.run_dir)
         from torch_monarch.supervision.scheduler.torchx import TorchXScheduler
 
-        return TorchXScheduler(self.args.scheduler, _scheduler_cfg(self.args.scheduler_cfg))
+        return TorchXScheduler(self.args.scheduler, _scheduler_cfg(self.args.scheduler_cfg), run_dir=self.run_dir)
 
     def replica_specs(self) -> list[ReplicaSpec]:
         address = self.lighthouse_address or "http://localhost:29510"

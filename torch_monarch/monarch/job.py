@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 import time
 from typing import Any, Optional
 
 from torch_monarch.launch.args import hang_config, restart_policy, sync_env
-from torch_monarch.launch.job import Job
+from torch_monarch.launch.job import Job, _nnodes, _scheduler_cfg
 from torch_monarch.monarch._require import require_monarch
 from torch_monarch.monarch.config import MonarchJobConfig, TrainerSpec
 from torch_monarch.quorum.lighthouse import LighthouseConfig
@@ -64,6 +65,7 @@ class MonarchJob(Job):
         self._manager: Any = None
         self._state: dict[str, Any] = {}
         self._unhandled: Optional[str] = None
+        self._allocation: Any = None  # SlurmHosts under --scheduler slurm
 
     def _on_unhandled(self, failure: Any) -> None:
         # Monarch's default ends this process; the job reports it and stops instead.
@@ -72,16 +74,30 @@ class MonarchJob(Job):
 
     def start(self) -> None:
         import monarch.actor
-        from monarch.actor import this_host
 
+        from torch_monarch.monarch.hosts import host_for
         from torch_monarch.monarch.orchestration import OrchestrationManager
 
         monarch.actor.unhandled_fault_hook = self._on_unhandled
         self.run_dir.event("job_started", replicas=len(self.replica_ids), orchestrator="monarch", scheduler="monarch")
-        self._procs = this_host().spawn_procs(per_host={"procs": 1}, name="orchestration")
-        self._manager = self._procs.spawn("orchestration_manager", OrchestrationManager, self.config)
+        hosts = self._allocate()
+        self._procs = host_for(hosts, 0).spawn_procs(per_host={"procs": 1}, name="orchestration")
+        self._manager = self._procs.spawn("orchestration_manager", OrchestrationManager, self.config, hosts)
         self.lighthouse_address = self._manager.start.call_one().get()
         self.started_at = time.monotonic()
+
+    def _allocate(self) -> Any:
+        """The hosts of ``--scheduler``: an allocation's HostMesh (SLURM), or None for this host."""
+        if self.args.scheduler == "local":
+            return None
+        if self.args.scheduler != "slurm":
+            raise SystemExit(f"monarch-run: --orchestrator monarch runs on this host or on SLURM, not on {self.args.scheduler!r}")
+        from torch_monarch.monarch.slurm import SlurmHosts
+
+        self._allocation = SlurmHosts(_nnodes(self.args), _scheduler_cfg(self.args.scheduler_cfg), str(self.run_dir.root), sys.executable)
+        hosts = self._allocation.start()
+        self.run_dir.event("allocation_started", scheduler="slurm", job_id=self._allocation.job_id)
+        return hosts
 
     def poll(self) -> bool:
         assert self._manager is not None, "start() first"
@@ -110,4 +126,7 @@ class MonarchJob(Job):
             finally:
                 self._procs.stop().get()
                 self._manager = None
+        if self._allocation is not None:
+            self._allocation.stop()
+            self._allocation = None
         self.run_dir.event("job_stopped", succeeded=self.succeeded, orchestrator="monarch")

@@ -16,9 +16,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from monarch.actor import this_host
-
 from torch_monarch.monarch.config import MonarchJobConfig
+from torch_monarch.monarch.hosts import host_for
 from torch_monarch.monarch.replica import ReplicaActor
 from torch_monarch.supervision.failure import Failure, FailureKind
 from torch_monarch.supervision.rundir import RunDir, read_json
@@ -47,9 +46,10 @@ class ReplicaActorScheduler(Scheduler):
 
     name = "monarch"
 
-    def __init__(self, config: MonarchJobConfig, lighthouse: str) -> None:
+    def __init__(self, config: MonarchJobConfig, lighthouse: str, hosts: Optional[Any] = None) -> None:
         self.config = config
         self.lighthouse = lighthouse
+        self.hosts = hosts  # an allocation's HostMesh (round robin per allocation), or None: this host
         self.run_dir = RunDir(config.run_dir)
         self._allocations: dict[str, _Allocation] = {}
         self._stopping: list["asyncio.Future[Any]"] = []
@@ -58,7 +58,7 @@ class ReplicaActorScheduler(Scheduler):
         handle = f"replica_{spec.replica_id}_{len(self._allocations)}"
         escalation = self.run_dir.escalation_path(spec.replica_id)
         escalation.unlink(missing_ok=True)  # a replacement starts with a clean record
-        procs = this_host().spawn_procs(per_host={"procs": 1}, name=handle)
+        procs = host_for(self.hosts, len(self._allocations)).spawn_procs(per_host={"procs": 1}, name=handle)
         actor = procs.spawn(handle, ReplicaActor, self.config.replica(spec.replica_id, self.lighthouse))
         allocation = _Allocation(spec.replica_id, procs, actor)
         self._allocations[handle] = allocation

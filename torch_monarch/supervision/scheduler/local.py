@@ -19,8 +19,8 @@ import threading
 import time
 from typing import IO, Optional
 
-from torch_monarch.supervision.failure import Failure
-from torch_monarch.supervision.rundir import RunDir, read_json
+from torch_monarch.supervision.rundir import RunDir
+from torch_monarch.supervision.scheduler.escalation import forget_escalation, read_escalation
 from torch_monarch.supervision.scheduler.base import (
     ReplicaSpec,
     ReplicaState,
@@ -78,11 +78,7 @@ class LocalScheduler(Scheduler):
             path = self.run_dir.replica_dir(spec.replica_id) / "agent.log"
             path.parent.mkdir(parents=True, exist_ok=True)
             log = open(path, "ab")  # noqa: SIM115 - closed with the job
-            # A new allocation starts without the previous one's escalation.
-            try:
-                os.unlink(self.run_dir.escalation_path(spec.replica_id))
-            except FileNotFoundError:
-                pass
+        forget_escalation(self.run_dir, spec.replica_id)
         env = {**os.environ, **spec.env}
         proc = subprocess.Popen(
             replica_command(spec, self.python),
@@ -114,11 +110,7 @@ class LocalScheduler(Scheduler):
             return ReplicaStatus(ReplicaState.CANCELLED, exitcode=code)
         if code == 0:
             return ReplicaStatus(ReplicaState.SUCCEEDED, exitcode=0)
-        failure = None
-        if self.run_dir is not None:
-            data = read_json(self.run_dir.escalation_path(job.spec.replica_id))
-            if data:
-                failure = Failure.from_json(data)
+        failure = read_escalation(self.run_dir, job.spec.replica_id)
         return ReplicaStatus(ReplicaState.FAILED, exitcode=code, failure=failure, message=f"agent exited with {code}")
 
     def cancel(self, handle: str) -> None:
