@@ -46,7 +46,9 @@ FRAME_PROBE_DEPENDS = [
     "transport/channel_registry.cc",
     "transport/connection.cc",
     "transport/event_loop.cc",
-    "transport/remote_read.cc",
+    "transport/host_identity.cc",
+    "transport/remote_read/cross_memory.cc",
+    "transport/remote_read/remote_read_path.cc",
     "transport/socket.cc",
     "transport/transfer.cc",
     "transport/wire.cc",
@@ -58,8 +60,9 @@ def _note(message: str) -> None:
     print(f"torch_monarch build: {message}", file=sys.stderr)
 
 
-# The rdma transport compiles against libfabric's headers (the library itself
-# is dlopen'd at run time); without them its stand-in says so at run time.
+# These files of the rdma transport compile against libfabric's headers (the
+# library itself is dlopen'd at run time); without them their stand-in says so
+# at run time. The rest of transport/rdma/ (the payload path) always builds.
 RDMA_SOURCES = ["transport/rdma/libfabric.cc", "transport/rdma/rdma_endpoint.cc", "transport/rdma/registration_cache.cc"]
 RDMA_UNAVAILABLE = "transport/rdma/unavailable.cc"
 
@@ -83,7 +86,7 @@ def _all_sources() -> list[str]:
     sources = (p.relative_to(CSRC).as_posix() for p in CSRC.rglob("*.cc"))
     rdma = set(rdma_sources())
     return sorted(
-        s for s in sources if s != FRAME_PROBE and (not s.startswith("transport/rdma/") or s in rdma)
+        s for s in sources if s != FRAME_PROBE and (s not in (*RDMA_SOURCES, RDMA_UNAVAILABLE) or s in rdma)
     )
 
 
@@ -267,6 +270,33 @@ class Hipify(Command):
         print(f"hipified tree: {HIPIFIED} ({len(renamed)} files renamed)")
 
 
+# The two TorchFT generations CI tests (the "ft" and "ft-nightly" extras).
+TORCHFT = "torchft==0.2.0"
+TORCHFT_NIGHTLY = "torchft-nightly==2026.10.26"
+# What the tests need besides TorchFT.
+TEST_DEPS = [
+    "pytest",
+    "pytest-timeout",
+    "expecttest",
+    "hypothesis",
+    "numpy",
+    # nccl.h for the compile-only check of the CUDA sources (test/test_gpu_compile.py).
+    "nvidia-nccl-cu13; platform_system == 'Linux'",
+    # TorchFT's own tests (test/test_torchft_suites.py) use it.
+    "parameterized",
+    # TorchX job specs (dry run). torchx 0.7 is the first release whose specs
+    # import on Python 3.11; an unpinned resolve can fall back to 0.3, which does not.
+    "torchx==0.7.0",
+    # the type check of .ci/run (mypy.ini)
+    "mypy==2.4.1",
+    "kubernetes",
+    "matplotlib",
+    # the Monarch orchestrator's tests run real Monarch (CPU wheel).
+    "torchmonarch==0.7.0",
+    # The TorchTitan hook's wiring (test/test_torchtitan_hook.py).
+    "torchtitan==0.3.0",
+]
+
 require_shared_libstdcxx()
 PLATFORM = requested_platform()
 if PLATFORM is not None:
@@ -287,38 +317,25 @@ setup(
     package_data={"torch_monarch": ["*.pyi"]},
     install_requires=["torch>=2.6"],
     extras_require={
-        "test": [
-            "pytest",
-            "pytest-timeout",
-            "expecttest",
-            "hypothesis",
-            "numpy",
-            # nccl.h for the compile-only check of the CUDA sources (test/test_gpu_compile.py).
-            "nvidia-nccl-cu13; platform_system == 'Linux'",
-            # supervision, quorum, monarch-run and demo tests; TorchX job specs (dry run).
-            # ProcessGroupMonarch's tests run TorchFT 0.2.0's own process-group checks.
-            "torchft==0.2.0",
-            "parameterized",
-            # torchx 0.7 is the first release whose specs import on Python 3.11; an
-            # unpinned resolve can fall back to 0.3, which does not.
-            "torchx==0.7.0",
-            # the type check of .ci/run (mypy.ini)
-            "mypy==2.4.1",
-            "kubernetes",
-            "matplotlib",
-            # the Monarch orchestrator's tests run real Monarch (CPU wheel).
-            "torchmonarch==0.7.0",
-            # The TorchTitan hook's wiring (test/test_torchtitan_hook.py); it imports with torch 2.13.
-            "torchtitan==0.3.0",
-        ],
-        # Fault tolerance across replicas: quorum, monarch-run --replicas, torch_monarch.torchft.
-        "ft": ["torchft"],
+        # CI's first stack (torch 2.13.0): the whole suite.
+        "test": [*TEST_DEPS, TORCHFT],
+        # CI's second stack (torch 2.14.1): the tests marked newest_stack (.ci/run).
+        "test-nightly": [*TEST_DEPS, TORCHFT_NIGHTLY],
+        # Fault tolerance across replicas (quorum, monarch-run --replicas,
+        # torch_monarch.torchft, and what the extras below run) needs one of the
+        # two TorchFT generations that CI tests, never both (they install the same
+        # package): "ft" is TorchFT 0.2 (configure()), with torch 2.13 on CI's
+        # first stack; "ft-nightly" is TorchFT 0.3's reconfigure API, with torch
+        # 2.14.1 on CI's second stack. The extras below add no TorchFT of their
+        # own, e.g. pip install 'torch_monarch[ft,demo]'.
+        "ft": [TORCHFT],
+        "ft-nightly": [TORCHFT_NIGHTLY],
         # python -m torch_monarch.demo (timeline.png needs matplotlib).
-        "demo": ["torchft", "matplotlib"],
+        "demo": ["matplotlib"],
         # --orchestrator monarch: real Monarch actors supervise the job (torch_monarch.monarch).
-        "monarch": ["torchft", "torchmonarch==0.7.0"],
+        "monarch": ["torchmonarch==0.7.0"],
         # torch_monarch.integrations.torchtitan: TorchTitan's fault tolerance over ProcessGroupMonarch.
-        "torchtitan": ["torchft", "torchtitan>=0.2.2"],
+        "torchtitan": ["torchtitan>=0.2.2"],
         # SLURM / Kubernetes replicas through TorchX (Kubernetes also needs its client).
         "cluster": ["torchx==0.7.0", "kubernetes"],
     },

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, Optional
 
 import pytest
@@ -27,6 +28,35 @@ pytestmark = pytest.mark.timeout(120)
 
 def test_the_backend_reads_every_options_field_and_no_other() -> None:
     assert sorted(_C.backend_option_names()) == sorted(f.name for f in dataclasses.fields(Options))
+
+
+def _readme_option_defaults() -> dict[str, str]:
+    """The default column of the README's Options table, by field."""
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    rows: dict[str, str] = {}
+    for line in text[text.index("## Options") :].splitlines()[1:]:
+        if line.startswith("## "):
+            break
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and cells[0].startswith("`"):
+            rows[cells[0].strip("`")] = cells[2]
+    return rows
+
+
+def test_the_readme_states_the_defaults_that_options_holds() -> None:
+    # options.py owns every default (the C++ side takes each value from it).
+    documented = _readme_option_defaults()
+    assert sorted(documented) == sorted(f.name for f in dataclasses.fields(Options))
+    defaults = Options()
+    for name, cell in documented.items():
+        value = getattr(defaults, name)
+        if isinstance(value, timedelta):
+            assert cell == f"{value.total_seconds():g} s", (name, cell)
+        elif isinstance(value, int):
+            assert cell == str(value), (name, cell)
+        elif value:
+            assert cell == f"`{value}`", (name, cell)
+        # None and "": the README says in words what they stand for.
 
 
 def test_durations_are_timedeltas_and_numbers_still_mean_seconds() -> None:

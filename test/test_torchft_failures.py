@@ -1,7 +1,8 @@
 """Per-step failure handling of ProcessGroupMonarch as TorchFT's Manager uses it:
 a lost peer fails the step's collective fast (closed link: at once; hung peer:
 after the heartbeat timeout, far below the op timeout), ``errored()`` names
-it, and the next quorum's ``configure()`` succeeds on the kept links.
+it, and the next quorum's group forms on the kept links, through either
+TorchFT generation's entry point (``configure`` or ``reconfigure``).
 Also: ``set_timeout()`` applies to the next op, and ``abort()`` unblocks a
 pending op and leaves the group ready for the next configure.
 """
@@ -21,6 +22,7 @@ import torch.distributed as dist
 from torch.distributed import TCPStore
 
 from multiproc import WorkerContext, run_workers
+from pg_formation import ENTRY_POINTS, form
 from torch_monarch.errors import AbortedError, CollectiveTimeoutError, PeerFailureError
 from torch_monarch.options import Options
 from torch_monarch.torchft import ProcessGroupMonarch
@@ -40,13 +42,12 @@ def _allreduce(pg: ProcessGroupMonarch, value: float) -> torch.Tensor:
     return t
 
 
-def lose_peer_worker(ctx: WorkerContext, store_port: int, mode: str) -> dict[str, Any]:
+def lose_peer_worker(ctx: WorkerContext, store_port: int, mode: str, entry: str) -> dict[str, Any]:
     """Ranks 0 and 1 survive; rank 2 kills (mode "kill") or stops ("stop") itself."""
     store = TCPStore("localhost", store_port, is_master=False, wait_for_workers=False)
-    base = f"localhost:{store_port}/{mode}"
     heartbeat = STOP_HEARTBEAT_S if mode == "stop" else 3.0
     pg = ProcessGroupMonarch(timeout=OP_TIMEOUT, options=Options(heartbeat_timeout=heartbeat))
-    pg.configure(f"{base}/q1", "replica", ctx.rank, 3, quorum_id=1)
+    form(pg, entry, store_port, f"{mode}/q1", ctx.rank, 3, formation_id=1)
     healthy = _allreduce(pg, ctx.rank + 1.0)
     store.set(f"pid/{ctx.rank}", str(os.getpid()))
     pg.barrier().wait()
@@ -68,7 +69,7 @@ def lose_peer_worker(ctx: WorkerContext, store_port: int, mode: str) -> dict[str
     # The next quorum: the two survivors, on the link they already have.
     connections_before = pg.connection_count()
     start = time.perf_counter()
-    pg.configure(f"{base}/q2", "replica", ctx.rank, 2, quorum_id=2)
+    form(pg, entry, store_port, f"{mode}/q2", ctx.rank, 2, formation_id=2)
     configure_s = time.perf_counter() - start
     connections = pg.connection_count()
     after = _allreduce(pg, ctx.rank + 1.0)
@@ -88,10 +89,11 @@ def lose_peer_worker(ctx: WorkerContext, store_port: int, mode: str) -> dict[str
     }
 
 
+@pytest.mark.parametrize("entry", ENTRY_POINTS)
 @pytest.mark.parametrize("mode", ["kill", "stop"])
-def test_lost_peer_fails_step_fast_then_next_quorum_configures(mode: str) -> None:
+def test_lost_peer_fails_step_fast_then_next_quorum_forms(mode: str, entry: str) -> None:
     store = TCPStore("localhost", 0, is_master=True, wait_for_workers=False)
-    results = run_workers(lose_peer_worker, 3, store.port, mode, timeout=60)
+    results = run_workers(lose_peer_worker, 3, store.port, mode, entry, timeout=60)
     assert results[2].problem is not None and "without reporting" in results[2].problem, results[2]
     bound = KILL_DETECT_BOUND_S if mode == "kill" else STOP_DETECT_BOUND_S
     for result in results[:2]:
@@ -179,7 +181,7 @@ def test_failed_reconfigure_then_next_quorum_keeps_links() -> None:
     try:
         pgs[0].set_timeout(timedelta(milliseconds=500))
         # Rank 1 misses this quorum: rank 0's configure fails, clearly.
-        with pytest.raises(dist.DistBackendError, match=r"configure failed: rank 0 of 2, quorum_id=2, .*reconfigure"):
+        with pytest.raises(dist.DistBackendError, match=r"configure\(quorum_id=2\) failed: rank 0 of 2, .*reconfigure"):
             pgs[0].configure(f"localhost:{store.port}/missed", "0", 0, 2, 2)
         assert isinstance(pgs[0].errored(), dist.DistBackendError)
         pgs[0].set_timeout(timedelta(seconds=20))

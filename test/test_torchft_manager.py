@@ -22,7 +22,8 @@ from torchft.coordination import LighthouseServer
 
 from torchft_replica import ReplicaConfig, replica_main
 
-pytestmark = pytest.mark.timeout(150)
+# On both TorchFT generations: 0.2's Manager calls configure(), 0.3's reconfigure().
+pytestmark = [pytest.mark.timeout(150), pytest.mark.newest_stack]
 
 REPLICAS = 3
 VICTIM = 2

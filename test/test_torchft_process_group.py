@@ -1,9 +1,10 @@
 """TorchFT's generic process-group checks, run against ProcessGroupMonarch.
 
-Uses torchft 0.2.0's own helpers from ``torchft.process_group_test``: ``_test_pg``
-(every collective's shapes and futures), the ``run_*_test`` value checks and the
-``MultiPgBaseTest`` harness (ranks on threads of this process) with its
-resiliency scenario. Unlike TorchFT's Gloo group, no collective is skipped.
+Uses the installed TorchFT's own helpers (0.2.0 or the nightly) from
+``torchft.process_group_test``: ``_test_pg`` (every collective's shapes and
+futures), the ``run_*_test`` value checks and the ``MultiPgBaseTest``
+harness (ranks on threads of this process) with its resiliency scenario.
+Unlike TorchFT's Gloo group, no collective is skipped.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from torchft.process_group import ProcessGroup
 from torch_monarch.errors import PeerFailureError
 from torch_monarch.torchft import ProcessGroupMonarch
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.newest_stack]
 
 
 def _store() -> TCPStore:
@@ -195,7 +196,7 @@ def test_functional_collectives_after_register() -> None:
 def test_configure_failure_is_clear_and_recoverable() -> None:
     store = _store()
     pg = ProcessGroupMonarch(timeout=timedelta(seconds=0.5))
-    with pytest.raises(dist.DistBackendError, match=r"configure failed: rank 0 of 2, quorum_id=7") as info:
+    with pytest.raises(dist.DistBackendError, match=r"configure\(quorum_id=7\) failed: rank 0 of 2") as info:
         # rank 1 never comes
         pg.configure(f"localhost:{store.port}/lonely", "0", 0, 2, quorum_id=7)
     assert pg.errored() is info.value

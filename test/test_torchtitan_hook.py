@@ -45,12 +45,15 @@ def _config(process_group: str) -> Any:
     )
 
 
+@pytest.mark.newest_stack
 def test_monarch_gives_the_manager_a_process_group_monarch(recorded: dict[str, Any]) -> None:
     gloo = torchft.ProcessGroupGloo
     assert "torchtitan.experiments.torchft.manager.TorchFTManager" in hook.install()
     config = _config("monarch")
     manager_module.TorchFTManager(config)
     assert isinstance(recorded["pg"], ProcessGroupMonarch)
+    if hasattr(torchft.process_group.ProcessGroup, "set_rank_info"):  # TorchFT 0.3: the Manager checks this
+        assert recorded["pg"].supports_reconfigure
     assert recorded["pg"]._timeout == timedelta(milliseconds=2500)
     assert recorded["replica_id"] == "torchtitan_ft_1"
     assert recorded["use_async_quorum"] is False  # DiLoCo: synchronous quorum, as TorchTitan sets it
@@ -59,6 +62,7 @@ def test_monarch_gives_the_manager_a_process_group_monarch(recorded: dict[str, A
     assert torchft.ProcessGroupGloo is gloo
 
 
+@pytest.mark.newest_stack
 def test_other_process_groups_are_untouched(recorded: dict[str, Any]) -> None:
     hook.install()
     manager_module.TorchFTManager(_config("gloo"))
@@ -110,8 +114,15 @@ def test_torchtitan_0_2_runs_its_ft_trainer_and_logs_the_loss(monkeypatch: pytes
             if self.step == 2:  # TorchTitan logs the loss every --metrics.log_freq steps
                 self.metrics_processor.log(self.step, 2.5, 2.75, 0.5)
 
+    class ConfigManager:
+        # TorchTitan's default argument: sys.argv as it was when its module loaded (in a
+        # forkserver that preloaded TorchTitan: the server's argv, not the worker's).
+        def parse_args(self, args: list[str] = ["--stale.server_argv"]) -> list[str]:  # noqa: B006
+            return args
+
     def main(trainer_class: type) -> None:
         ran["trainer"] = trainer_class
+        ran["config"] = ConfigManager().parse_args()
         trainer = trainer_class()
         trainer.step, trainer.metrics_processor = 0, MetricsProcessor()
         for _ in range(3):
@@ -123,6 +134,7 @@ def test_torchtitan_0_2_runs_its_ft_trainer_and_logs_the_loss(monkeypatch: pytes
         "torchtitan.train": train,
         "torchtitan.experiments.ft.train": _module("torchtitan.experiments.ft.train", FTTrainer=FTTrainer),
         "torchtitan.components.metrics": _module("torchtitan.components.metrics", MetricsProcessor=MetricsProcessor),
+        "torchtitan.config.manager": _module("torchtitan.config.manager", ConfigManager=ConfigManager),
         "torchtitan.trainer": None,  # 0.3.x only: importing it raises ImportError
         "torchtitan.experiments.torchft.trainer": None,
     }.items():
@@ -131,8 +143,11 @@ def test_torchtitan_0_2_runs_its_ft_trainer_and_logs_the_loss(monkeypatch: pytes
     # Not supervised here: the supervisor's wrapper ends the process on an error (pytest's too).
     monkeypatch.setattr(supervision, "supervised", lambda main: main)
     monkeypatch.setattr(supervision, "record_step", lambda step, **fields: recorded.append((step, fields)))
+    monkeypatch.setenv("REPLICA_GROUP_ID", "1")
+    monkeypatch.setenv("NUM_REPLICA_GROUPS", "2")
     hook.main(["--fault_tolerance.enable"])
     assert ran["trainer"] is FTTrainer
+    assert ran["config"] == ["--fault_tolerance.enable", "--fault_tolerance.replica_id=1", "--fault_tolerance.group_size=2"]
     assert recorded == [(1, {}), (2, {"loss": 2.5}), (3, {})]
 
 

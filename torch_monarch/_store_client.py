@@ -1,4 +1,4 @@
-"""Rendezvous store clients for ProcessGroupMonarch.configure.
+"""Rendezvous store clients for ProcessGroupMonarch, and the host name its stores advertise.
 
 TorchFT hands every quorum a store address ``host:port/prefix`` and its own
 groups open a new TCPStore connection each time (``create_store_client``).
@@ -12,17 +12,30 @@ which on a busy host now and then waits out a dropped SYN (seconds).
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 from datetime import timedelta
 from typing import Optional
 
 from torch.distributed import PrefixStore, Store, TCPStore
 
-__all__ = ["StoreClients", "parse_store_addr"]
+__all__ = ["StoreClients", "advertised_host", "parse_store_addr"]
 
 logger: logging.Logger = logging.getLogger(__name__)
 
 _PING_KEY = "torch_monarch/store_ping"
+
+
+def advertised_host() -> str:
+    """The name peers reach a store of this process at: ``$MONARCH_HOST``, else
+    the host name when it resolves, else 127.0.0.1."""
+    host = os.environ.get("MONARCH_HOST") or socket.gethostname()
+    try:
+        socket.getaddrinfo(host, None)
+        return host
+    except OSError:
+        return "127.0.0.1"
 
 
 def parse_store_addr(store_addr: str) -> tuple[str, int, str]:

@@ -16,11 +16,17 @@ Precedence of a setting, highest first:
    ``init_process_group(timeout=)``, ``new_group(timeout=)`` or
    ``ProcessGroupMonarch(timeout=)``; then the field's default.
 
+Every default is defined here and nowhere else: the C++ side takes each
+value from the resolved ``Options`` (``BackendOptions`` has no defaults of
+its own), and the README's Options table is checked against these
+(test/test_options.py).
+
 Adding an option: a field here (type, default, a line in the docstring and
-in ``validate``), the member of the same name in camelCase and its line in
-``BackendOptions::forEachField`` (csrc/backend/options.h), and the C++ code
-that uses it. The environment override, the binding and the check that
-both sides list the same fields (test/test_options.py) follow from those.
+in ``validate``, a row in the README's table), the member of the same name
+in camelCase and its line in ``BackendOptions::forEachField``
+(csrc/backend/options.h), and the C++ code that uses it. The environment
+override, the binding and the check that both sides list the same fields
+(test/test_options.py) follow from those.
 """
 
 from __future__ import annotations

@@ -14,20 +14,21 @@ namespace monarch {
 
 class HelperPool;
 
+// Set from torch_monarch.Options, which owns the defaults (options.py).
 struct AlgorithmConfig {
   // Messages up to this size take the latency-bound algorithms.
-  size_t smallMessageBytes = 64 * 1024;
+  size_t smallMessageBytes = 0;
   // Large messages move in chunks of this size so that sending, receiving
   // and reducing overlap.
-  size_t chunkBytes = 512 * 1024;
+  size_t chunkBytes = 0;
   // Groups up to this size reduce-scatter and allgather large messages
   // all-pairs (one step) instead of around a ring (n-1 steps).
-  int directMaxRanks = 8;
+  int directMaxRanks = 0;
   // Messages of at least this size among ranks on one host go through
   // shared memory (shared_memory.h).
-  size_t shmMinBytes = 256 * 1024;
+  size_t shmMinBytes = 0;
   // Threads that reduce and copy large messages, the group's worker included.
-  int threads = 1;
+  int threads = 0;
   // Those threads but the worker, owned by the group (null: none).
   HelperPool* helpers = nullptr;
 };

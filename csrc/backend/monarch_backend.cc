@@ -10,7 +10,7 @@
 #include "common/logging.h"
 #include "common/op_failure.h"
 #include "contract/errors.h"
-#include "transport/remote_read.h"
+#include "transport/host_identity.h"
 #include "transport/wire.h"
 
 namespace monarch {
@@ -24,11 +24,8 @@ c10::intrusive_ptr<MonarchBackend> MonarchBackend::join(
   FabricOptions fabricOptions;
   fabricOptions.bindAddress = options.bindAddress.empty() ? defaultBindAddress() : options.bindAddress;
   fabricOptions.heartbeatTimeout = options.heartbeatTimeout;
-  fabricOptions.allowRemoteRead = options.sharesHostMemory();
   fabricOptions.hostId = options.hostName.empty() ? localHostId() : fnv1a64(options.hostName.data(), options.hostName.size());
-  fabricOptions.rdma = options.rdmaMode();
-  fabricOptions.rdmaProvider = options.rdmaProvider;
-  fabricOptions.rdmaMinBytes = options.rdmaMinBytes;
+  fabricOptions.transport = options.transport;
   Membership membership;
   membership.rank = rank;
   membership.channelId = fnv1a64(groupName.data(), groupName.size());
@@ -60,7 +57,7 @@ MonarchBackend::MonarchBackend(Membership membership, BackendOptions options)
       timeoutMs_(options_.timeout.count()) {
   fabric_->acquire();
   links_ = std::make_unique<GroupLinks>(
-      membership.rank, fabric_->hostId(), fabric_->endpointId(), options_.sharesHostMemory() ? options_.shmSegmentBytes : 0,
+      membership.rank, fabric_->hostId(), fabric_->endpointId(), options_.transport.sharesHostMemory() ? options_.shmSegmentBytes : 0,
       std::move(membership.connections), fabric_->channels().get(membership.channelId), signal_,
       &aborted_);
   failLinksAlreadyDown();

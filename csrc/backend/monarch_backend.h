@@ -102,7 +102,7 @@ class MonarchBackend : public c10d::Backend {
   }
   // The libfabric provider of this endpoint's RDMA reads; empty when none.
   std::string rdmaProvider() const {
-    return fabric_->rdmaProvider();
+    return fabric_->paths().rdmaProvider();
   }
 
  private:

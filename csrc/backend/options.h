@@ -9,44 +9,30 @@
 namespace monarch {
 
 // Backend settings: torch_monarch.Options as it crosses the binding, resolved
-// in Python (MONARCH_* overrides applied, no field left None). Members keep
-// the Options field names in camelCase; forEachField is the one list that
-// pairs them, so a new option is a field in options.py, a member and a line
-// here, and the code that uses it.
+// in Python (MONARCH_* overrides applied, no field left None). options.py owns
+// every default: nothing here has one of its own. Members keep the Options
+// field names in camelCase; forEachField is the one list that pairs them, so
+// a new option is a field in options.py, a member and a line here, and the
+// code that uses it.
 struct BackendOptions {
-  std::chrono::milliseconds timeout{std::chrono::minutes(30)};
-  std::chrono::milliseconds heartbeatTimeout{std::chrono::seconds(3)};
-  // "auto", "tcp" or "rdma"; see sharesHostMemory() and rdmaMode().
-  std::string transport = "auto";
-  std::string rdmaProvider; // libfabric provider of the rdma transport; empty: verbs or efa
-  size_t rdmaMinBytes = 256 * 1024;
+  std::chrono::milliseconds timeout{};
+  std::chrono::milliseconds heartbeatTimeout{};
+  // transport, rdma_provider, rdma_min_bytes: read by the transport alone.
+  TransportOptions transport;
   std::string bindAddress; // empty: pick one (see defaultBindAddress)
   std::string hostName; // empty: this machine (localHostId)
   // Shared-memory segment of each rank that shares its host with others of
   // its group.
-  size_t shmSegmentBytes = 8 * 1024 * 1024;
-  std::string gpuTransport = "auto"; // route of CUDA tensors: auto, nccl, host (contract/gpu_route.h)
+  size_t shmSegmentBytes = 0;
+  std::string gpuTransport; // route of CUDA tensors: auto, nccl, host (contract/gpu_route.h)
   AlgorithmConfig algorithms;
-
-  // Whether ranks on one host move payloads through memory they share (the
-  // shared-memory segments and single-copy remote reads); "tcp" turns both off.
-  bool sharesHostMemory() const {
-    return transport != "tcp";
-  }
-  // Whether payloads to other hosts go by RDMA read: "rdma" insists, "auto"
-  // takes it where a verbs or efa provider opens.
-  FabricOptions::Rdma rdmaMode() const {
-    return transport == "rdma" ? FabricOptions::Rdma::kRequired
-        : transport == "auto"  ? FabricOptions::Rdma::kAuto
-                               : FabricOptions::Rdma::kOff;
-  }
 
   // Calls visit(name, member) for every torch_monarch.Options field.
   template <typename Visit>
   void forEachField(Visit&& visit) {
     visit("timeout", timeout);
     visit("heartbeat_timeout", heartbeatTimeout);
-    visit("transport", transport);
+    visit("transport", transport.name);
     visit("bind_address", bindAddress);
     visit("small_message_bytes", algorithms.smallMessageBytes);
     visit("chunk_bytes", algorithms.chunkBytes);
@@ -56,8 +42,8 @@ struct BackendOptions {
     visit("shm_min_bytes", algorithms.shmMinBytes);
     visit("shm_segment_bytes", shmSegmentBytes);
     visit("gpu_transport", gpuTransport);
-    visit("rdma_provider", rdmaProvider);
-    visit("rdma_min_bytes", rdmaMinBytes);
+    visit("rdma_provider", transport.rdmaProvider);
+    visit("rdma_min_bytes", transport.rdmaMinBytes);
   }
 };
 

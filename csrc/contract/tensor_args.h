@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "common/dtype.h"
-#include "transport/wire.h"
 
 namespace monarch {
 

@@ -14,6 +14,8 @@
 #include "transport/channel_registry.h"
 #include "transport/connection.h"
 #include "transport/event_loop.h"
+#include "transport/remote_read/remote_read_path.h"
+#include "transport/tcp/inline_path.h"
 
 namespace py = pybind11;
 
@@ -38,7 +40,12 @@ py::tuple probeFrames(const py::bytes& stream, size_t expectedBytes, double time
     Socket writer(fds[1]);
     ChannelRegistry channels;
     EventLoop loop;
-    auto connection = std::make_shared<Connection>(Socket(fds[0]), PeerIdentity{0, 0, "probe"}, &channels, &loop);
+    // The paths of a link to a peer on this host whose memory cannot be read.
+    PayloadPathList paths;
+    paths.push_back(std::make_unique<RemoteReadPath>(0, /*sends=*/false));
+    paths.push_back(std::make_unique<InlinePath>());
+    auto connection = std::make_shared<Connection>(
+        Socket(fds[0]), PeerIdentity{0, 0, "probe"}, &channels, &loop, std::move(paths));
     auto channel = channels.get(kProbeChannel);
     channel->bindPeers({nullptr, connection});
 

@@ -57,9 +57,9 @@ Channel::Key Channel::keyOf(Connection* from, const Transfer& transfer) {
 
 void Channel::fulfil(const TransferPtr& transfer, Connection* from, Unexpected& message) {
   int rank = rankOf(from);
-  if (message.header.flags & (kFrameRemoteRead | kFrameRdmaRead)) {
-    // Completes `transfer` itself (an RDMA read does so when it finishes).
-    from->readRemotePayload(message.header, message.payload.get(), transfer, rank, *this);
+  if (message.header.flags & kFramePathMask) {
+    // Completes `transfer` itself (at once, or when the path's read finishes).
+    from->readPayload(message.header, message.payload.get(), transfer, rank, *this);
     return;
   }
   Status status = checkFrameMatches(

@@ -12,7 +12,7 @@
 
 namespace monarch {
 
-// The channels (groups) multiplexed over one endpoint's connections.
+// The channels (groups) multiplexed over one Fabric's connections.
 class ChannelRegistry {
  public:
   // Creates the channel on first use: a peer may send before the local group

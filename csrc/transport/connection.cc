@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <new>
+#include <stdexcept>
 
 #include "common/logging.h"
 #include "transport/event_loop.h"
@@ -17,23 +18,32 @@ namespace monarch {
 namespace {
 
 constexpr size_t kDiscardChunk = 64 * 1024;
-// Data frames whose payload is a region to read rather than the data.
-constexpr uint8_t kReadFlags = kFrameRemoteRead | kFrameRdmaRead;
+
+Status linkDown(int rank) {
+  return Status::error(ErrorKind::kPeerFailure, {rank}, "link to rank " + std::to_string(rank) + " is down");
+}
 
 } // namespace
 
 Connection::Connection(
-    Socket socket, PeerIdentity peer, ChannelRegistry* channels, EventLoop* loop, RdmaLink rdma,
-    size_t remoteReadMinBytes)
+    Socket socket, PeerIdentity peer, ChannelRegistry* channels, EventLoop* loop, PayloadPathList paths)
     : socket_(std::move(socket)),
       peer_(std::move(peer)),
       channels_(channels),
       loop_(loop),
       lastReceived_(Clock::now().time_since_epoch().count()),
       lastSent_(Clock::now().time_since_epoch().count()),
-      rdma_(std::move(rdma.endpoint)),
-      rdmaMinBytes_(std::max<size_t>(rdma.minBytes, 1)), // an empty payload has nothing to read
-      remoteReadMinBytes_(remoteReadMinBytes) {
+      paths_(std::move(paths)) {
+  for (const auto& path : paths_) {
+    if (path->frameFlag() == 0) {
+      inline_ = path.get();
+    } else if ((path->frameFlag() & kFramePathMask) != path->frameFlag() || path->descriptorBytes() > kMaxPathDescriptor) {
+      throw std::invalid_argument(std::string("payload path ") + path->name() + " does not fit the frame header");
+    }
+  }
+  if (inline_ == nullptr) {
+    throw std::invalid_argument("a link needs the inline payload path");
+  }
   setNonBlocking(socket_.fd(), true);
 }
 
@@ -61,44 +71,29 @@ void Connection::start() {
   }
   lastReceived_ = Clock::now().time_since_epoch().count();
   loop_->add(socket_.fd(), EPOLLIN, [self = this](uint32_t events) { self->onEvents(events); });
-  if (rdma_) {
-    // The peer answers kRdmaReady once it can read what we expose.
-    const std::string& address = rdma_->address();
-    sendControl(makeControlHeader(FrameKind::kRdmaAddress, 0, 0, address.size()), address);
+  for (const auto& path : paths_) {
+    path->start(*this);
   }
 }
 
 void Connection::postSend(const FrameHeader& header, const TransferPtr& transfer) {
-  const bool byRead = peer_.remoteReadable ? transfer->bytes >= remoteReadMinBytes_
-                                            : rdmaPeerReads_ && transfer->bytes >= rdmaMinBytes_;
-  if (byRead && !failed_ && announceForRead(header, transfer)) {
+  if (failed_) {
+    transfer->complete(linkDown(transfer->peerRank), -1);
     return;
   }
-  counters_.tcpSent += transfer->bytes;
+  for (const auto& path : paths_) {
+    if (path->send(*this, header, transfer)) {
+      return;
+    }
+  }
+}
+
+void Connection::sendInline(const FrameHeader& header, const TransferPtr& transfer) {
   enqueue(Outgoing{header, static_cast<const char*>(transfer->data), transfer->bytes, transfer, {}});
 }
 
-bool Connection::announceForRead(const FrameHeader& header, const TransferPtr& transfer) {
+void Connection::sendDescriptor(const FrameHeader& header, std::string descriptor, const TransferPtr& transfer) {
   FrameHeader announce = header;
-  std::string descriptor;
-  if (peer_.remoteReadable) {
-    RemoteRegion region{reinterpret_cast<uint64_t>(transfer->data), transfer->bytes};
-    announce.flags |= kFrameRemoteRead;
-    descriptor.assign(reinterpret_cast<const char*>(&region), sizeof(region));
-  } else {
-    rdma::Registration registration;
-    std::string error;
-    std::shared_ptr<void> owner = transfer->keepalive ? transfer->keepalive : std::shared_ptr<void>(transfer);
-    if (!rdma_->expose(transfer->data, transfer->bytes, owner, &registration, &error)) {
-      // Nothing announced yet: sending it inline is safe.
-      MONARCH_LOG(kWarn) << "rdma: " << error << "; sending to " << peer_.address << " over TCP";
-      ++counters_.rdmaFallbacks;
-      return false;
-    }
-    RdmaRegion region{registration.remoteAddress, transfer->bytes, registration.key};
-    announce.flags |= kFrameRdmaRead;
-    descriptor.assign(reinterpret_cast<const char*>(&region), sizeof(region));
-  }
   announce.payloadBytes = descriptor.size();
   announce.checksum = headerChecksum(announce);
   {
@@ -111,12 +106,8 @@ bool Connection::announceForRead(const FrameHeader& header, const TransferPtr& t
   const size_t size = descriptor.size();
   enqueue(Outgoing{announce, nullptr, size, nullptr, std::move(descriptor)});
   if (failed_) {
-    transfer->complete(
-        Status::error(ErrorKind::kPeerFailure, {transfer->peerRank},
-                      "link to rank " + std::to_string(transfer->peerRank) + " is down"),
-        -1);
+    transfer->complete(linkDown(transfer->peerRank), -1);
   }
-  return true;
 }
 
 Connection::ReadKey Connection::readKeyOf(const FrameHeader& header) {
@@ -143,8 +134,7 @@ void Connection::onReadDone(const FrameHeader& header) {
     // send completes once it is written.
     FrameHeader data = makeDataHeader(
         header.channel, transfer->seq, transfer->step, transfer->signature, transfer->bytes, transfer->pointToPoint);
-    counters_.tcpSent += transfer->bytes;
-    enqueue(Outgoing{data, static_cast<const char*>(transfer->data), transfer->bytes, transfer, {}});
+    inline_->send(*this, data, transfer);
     return;
   }
   transfer->complete({}, transfer->peerRank);
@@ -158,98 +148,56 @@ void Connection::sendReadDone(const FrameHeader& header, bool resendInline) {
   sendControl(done, {});
 }
 
-void Connection::readRemotePayload(
+PayloadPath* Connection::pathFor(uint8_t flags) const {
+  const uint8_t bit = flags & kFramePathMask;
+  for (const auto& path : paths_) {
+    if (bit != 0 && path->frameFlag() == bit) {
+      return path.get();
+    }
+  }
+  return nullptr;
+}
+
+void Connection::readPayload(
     const FrameHeader& header, const char* descriptor, const TransferPtr& target, int rank, Channel& channel) {
-  if (header.flags & kFrameRdmaRead) {
-    RdmaRegion region;
-    std::memcpy(&region, descriptor, sizeof(region));
-    readByRdma(header, region, target, rank, channel);
-    return;
-  }
-  RemoteRegion region;
-  std::memcpy(&region, descriptor, sizeof(region));
-  Status status = completeRemoteRead(header, region, *target, rank);
-  if (status.kind == ErrorKind::kMismatch) {
-    channel.fail(status, /*tellPeers=*/true);
-  }
-  target->complete(std::move(status), rank);
-}
-
-Status Connection::completeRemoteRead(
-    const FrameHeader& header, const RemoteRegion& region, const Transfer& target, int rank) {
-  Status status = checkFrameMatches(header, region.bytes, target.signature, target.bytes, rank, target.seq);
-  std::string error;
-  if (status.ok() && !readRemote(static_cast<pid_t>(peer_.pid), region, target.data, &error)) {
-    status = Status::error(ErrorKind::kPeerFailure, {rank}, "reading from rank " + std::to_string(rank) + " failed: " + error);
-  }
-  if (status.ok()) {
-    counters_.remoteRead += region.bytes;
-  }
-  // Acknowledged whatever happened: the sender's buffer is no longer needed.
-  sendReadDone(header, false);
-  return status;
-}
-
-void Connection::readByRdma(
-    const FrameHeader& header, const RdmaRegion& region, const TransferPtr& target, int rank, Channel& channel) {
-  Status status = checkFrameMatches(header, region.bytes, target->signature, target->bytes, rank, target->seq);
-  if (status.ok() && (!rdma_ || rdmaPeer_.load() == rdma::kNoPeer)) {
-    status = Status::error(
-        ErrorKind::kProtocol, {rank},
-        "rank " + std::to_string(rank) + " announced an rdma read before this link exchanged rdma addresses");
-  }
+  PayloadPath* path = pathFor(header.flags); // never null: the frame was checked on arrival
+  Status status = checkFrameMatches(
+      header, path->announcedBytes(descriptor), target->signature, target->bytes, rank, target->seq);
   if (!status.ok()) {
-    sendReadDone(header, false);
+    sendReadDone(header, false); // the sender's buffer is no longer needed
     if (status.kind == ErrorKind::kMismatch) {
       channel.fail(status, /*tellPeers=*/true);
     }
     target->complete(std::move(status), rank);
     return;
   }
-  std::shared_ptr<void> owner = target->keepalive ? target->keepalive : std::shared_ptr<void>(target);
   auto self = shared_from_this();
-  rdma_->read(
-      rdmaPeer_.load(), target->data, region.bytes, region.address, region.key, std::move(owner), this,
-      [self, header, target, rank, bytes = region.bytes](const std::string& error) {
-        if (error.empty()) {
-          self->counters_.rdmaRead += bytes;
-          self->sendReadDone(header, false);
-          target->complete({}, rank);
-          return;
-        }
-        {
-          std::lock_guard<std::mutex> guard(self->sendMutex_);
-          if (!self->failed_) {
-            // The link still works: take the payload over it instead.
-            self->awaitingResend_[readKeyOf(header)] = target;
-          }
-        }
-        if (self->failed_) {
-          target->complete(
-              Status::error(ErrorKind::kPeerFailure, {rank},
-                            "rdma read from rank " + std::to_string(rank) + " failed: " + error),
-              -1);
-          return;
-        }
-        MONARCH_LOG(kWarn) << "rdma read from rank " << rank << " failed (" << error << "); taking it over TCP";
-        ++self->counters_.rdmaFallbacks;
-        self->sendReadDone(header, /*resendInline=*/true);
-      });
+  path->read(descriptor, target, rank, [self, path, header, target, rank](Status result, bool resendInline) {
+    if (!result.ok() && resendInline) {
+      if (!self->askResend(*path, header, target, result)) {
+        target->complete(std::move(result), -1);
+      }
+      return;
+    }
+    // Acknowledged whatever happened: the sender's buffer is no longer needed.
+    self->sendReadDone(header, false);
+    target->complete(std::move(result), rank);
+  });
 }
 
-void Connection::onRdmaAddress(const std::string& address) {
-  if (!rdma_) {
-    return; // a peer on this host, or no RDMA here: payloads stay on TCP
+bool Connection::askResend(PayloadPath& path, const FrameHeader& header, const TransferPtr& target, const Status& why) {
+  {
+    std::lock_guard<std::mutex> guard(sendMutex_);
+    if (failed_) {
+      return false;
+    }
+    // The link still works: take the payload over it instead.
+    awaitingResend_[readKeyOf(header)] = target;
   }
-  rdma::PeerAddress peer = rdma::kNoPeer;
-  std::string error;
-  if (!rdma_->addPeer(address, &peer, &error)) {
-    MONARCH_LOG(kWarn) << "rdma address of " << peer_.address << " (pid " << peer_.pid << ") rejected: " << error
-                       << "; its payloads to this process go over TCP";
-    return;
-  }
-  rdmaPeer_ = peer;
-  sendControl(makeControlHeader(FrameKind::kRdmaReady, 0, 0, 0), {});
+  MONARCH_LOG(kWarn) << why.message << "; taking it over TCP";
+  path.noteFallback();
+  sendReadDone(header, /*resendInline=*/true);
+  return true;
 }
 
 void Connection::sendControl(const FrameHeader& header, std::string payload) {
@@ -275,10 +223,7 @@ void Connection::enqueue(Outgoing outgoing) {
     }
   }
   if (failed_ && outgoing.transfer) {
-    outgoing.transfer->complete(
-        Status::error(ErrorKind::kPeerFailure, {outgoing.transfer->peerRank},
-                      "link to rank " + std::to_string(outgoing.transfer->peerRank) + " is down"),
-        -1);
+    outgoing.transfer->complete(linkDown(outgoing.transfer->peerRank), -1);
   }
   for (auto& transfer : finished) {
     transfer->complete({}, transfer->peerRank);
@@ -374,8 +319,8 @@ bool Connection::readAvailable(std::string* error) {
     if (rxState_ == RxState::kHeader) {
       dest = reinterpret_cast<char*>(&rxHeader_) + rxHave_;
       want = sizeof(FrameHeader) - rxHave_;
-    } else if (rxHeader_.kind == static_cast<uint8_t>(FrameKind::kData) && (rxHeader_.flags & kReadFlags)) {
-      dest = rxDescriptor_ + rxHave_; // validateHeader bounded its size
+    } else if (rxPath_) {
+      dest = rxDescriptor_ + rxHave_; // onHeaderComplete checked its size
       want = rxHeader_.payloadBytes - rxHave_;
     } else if (rxTarget_ && rxTargetStatus_.ok()) {
       dest = static_cast<char*>(rxTarget_->data) + rxHave_;
@@ -422,31 +367,39 @@ bool Connection::onHeaderComplete(std::string* error) {
     *error = valid.message;
     return false;
   }
+  auto kind = static_cast<FrameKind>(rxHeader_.kind);
+  rxPath_ = kind == FrameKind::kData ? pathFor(rxHeader_.flags) : nullptr;
+  if (kind == FrameKind::kData && (rxHeader_.flags & kFramePathMask) &&
+      (!rxPath_ || rxHeader_.payloadBytes != rxPath_->descriptorBytes())) {
+    *error = rxPath_ ? std::string("corrupt frame: ") + rxPath_->name() + " read frame without a region"
+                     : "corrupt frame: no payload path for flags " + std::to_string(rxHeader_.flags);
+    MONARCH_LOG(kError) << "closing link to " << peer_.address << " (pid " << peer_.pid << "): " << *error;
+    return false;
+  }
   rxState_ = RxState::kPayload;
   rxHave_ = 0;
-  auto kind = static_cast<FrameKind>(rxHeader_.kind);
   if (kind == FrameKind::kGoodbye) {
     peerSaidGoodbye_ = true;
   }
   bool perChannel = kind != FrameKind::kHeartbeat && kind != FrameKind::kGoodbye && kind != FrameKind::kReadDone &&
-      kind != FrameKind::kRdmaAddress && kind != FrameKind::kRdmaReady;
+      kind != FrameKind::kPathAddress && kind != FrameKind::kPathReady;
   rxChannel_ = perChannel ? channels_->forIncoming(rxHeader_.channel) : nullptr;
   rxTarget_.reset();
   rxTargetStatus_ = Status();
   if (kind == FrameKind::kData && rxChannel_) {
-    if (!(rxHeader_.flags & kReadFlags)) {
+    if (!rxPath_) {
       std::lock_guard<std::mutex> guard(sendMutex_);
       auto resent = awaitingResend_.find(readKeyOf(rxHeader_));
       if (resent != awaitingResend_.end()) {
-        rxTarget_ = std::move(resent->second); // the payload of an rdma read that failed
+        rxTarget_ = std::move(resent->second); // the payload of a read that failed
         awaitingResend_.erase(resent);
       }
     }
     if (!rxTarget_) {
       rxTarget_ = rxChannel_->claimPosted(this, rxHeader_);
     }
-    // A remote read is checked once its region has arrived.
-    if (rxTarget_ && !(rxHeader_.flags & kReadFlags)) {
+    // A read is checked once its descriptor has arrived.
+    if (rxTarget_ && !rxPath_) {
       rxTargetStatus_ = checkFrameMatches(
           rxHeader_, rxHeader_.payloadBytes, rxTarget_->signature, rxTarget_->bytes, rxChannel_->rankOf(this),
           rxTarget_->seq);
@@ -460,7 +413,7 @@ bool Connection::onHeaderComplete(std::string* error) {
       }
     }
   }
-  bool keepPayload = (rxChannel_ && !rxTarget_ && !(rxHeader_.flags & kReadFlags)) || kind == FrameKind::kRdmaAddress;
+  bool keepPayload = (rxChannel_ && !rxTarget_ && !rxPath_) || kind == FrameKind::kPathAddress;
   rxBuffer_.reset();
   if (keepPayload && rxHeader_.payloadBytes > 0) {
     // The length is the peer's word: a size this process cannot allocate
@@ -479,19 +432,19 @@ bool Connection::onHeaderComplete(std::string* error) {
 
 void Connection::onPayloadComplete() {
   auto kind = static_cast<FrameKind>(rxHeader_.kind);
-  const bool remote = kind == FrameKind::kData && (rxHeader_.flags & kReadFlags);
-  if (remote && rxTarget_) {
-    readRemotePayload(rxHeader_, rxDescriptor_, rxTarget_, rxChannel_->rankOf(this), *rxChannel_);
-  } else if (remote && rxChannel_) {
+  const bool described = rxPath_ != nullptr; // a read path's descriptor, not data
+  if (described && rxTarget_) {
+    readPayload(rxHeader_, rxDescriptor_, rxTarget_, rxChannel_->rankOf(this), *rxChannel_);
+  } else if (described && rxChannel_) {
     std::unique_ptr<char[]> descriptor(new char[rxHeader_.payloadBytes]);
     std::memcpy(descriptor.get(), rxDescriptor_, rxHeader_.payloadBytes);
     rxChannel_->deliverUnexpected(this, rxHeader_, std::move(descriptor));
-  } else if (remote) {
+  } else if (described) {
     sendReadDone(rxHeader_, false); // the group is gone; still release the sender's buffer
-  } else if (kind == FrameKind::kRdmaAddress) {
-    onRdmaAddress(std::string(rxBuffer_.get(), rxHeader_.payloadBytes));
-  } else if (kind == FrameKind::kRdmaReady) {
-    rdmaPeerReads_ = rdma_ != nullptr;
+  } else if (kind == FrameKind::kPathAddress || kind == FrameKind::kPathReady) {
+    if (PayloadPath* path = pathFor(rxHeader_.flags)) {
+      path->onControl(*this, kind, rxBuffer_ ? std::string(rxBuffer_.get(), rxHeader_.payloadBytes) : std::string());
+    }
   } else if (rxTarget_) {
     rxTarget_->complete({}, rxChannel_->rankOf(this));
   } else if (kind == FrameKind::kReadDone) {
@@ -515,6 +468,7 @@ void Connection::onPayloadComplete() {
   }
   rxState_ = RxState::kHeader;
   rxHave_ = 0;
+  rxPath_ = nullptr;
   rxTarget_.reset();
   rxChannel_.reset();
   rxBuffer_.reset();
@@ -547,9 +501,8 @@ void Connection::fail(const std::string& reason) {
     }
     awaitingResend_.clear();
   }
-  if (rdma_) {
-    // Completes this link's reads in flight (the callbacks see failed_).
-    rdma_->cancelReads(this, "link failed: " + reason);
+  for (const auto& path : paths_) {
+    path->linkFailed(reason); // its reads in flight end (and see failed_)
   }
   for (auto& transfer : pending) {
     int rank = transfer->peerRank;
@@ -560,6 +513,12 @@ void Connection::fail(const std::string& reason) {
     channels_->peerDeparted(this);
   } else {
     channels_->peerFailed(this, reason);
+  }
+}
+
+void Connection::addCounters(std::map<std::string, uint64_t>& into) const {
+  for (const auto& path : paths_) {
+    path->addCounters(into);
   }
 }
 

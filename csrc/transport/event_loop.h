@@ -12,7 +12,7 @@
 
 namespace monarch {
 
-// One epoll thread that drives the connections of an endpoint.
+// One epoll thread that drives the connections of a Fabric.
 class EventLoop {
  public:
   using Handler = std::function<void(uint32_t events)>;

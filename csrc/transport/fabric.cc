@@ -1,7 +1,6 @@
 #include "transport/fabric.h"
 
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/eventfd.h>
@@ -17,7 +16,6 @@
 #include <stdexcept>
 
 #include "common/logging.h"
-#include "transport/remote_read.h"
 
 namespace monarch {
 
@@ -69,24 +67,6 @@ std::string peerAddress(int fd) {
   return std::string(text) + ":" + std::to_string(ntohs(addr.sin_port));
 }
 
-// Whether this machine has an RDMA device: verbs and efa devices both show
-// up here. Without one, "auto" does not load libfabric at all.
-bool rdmaDevicePresent() {
-  DIR* dir = ::opendir("/sys/class/infiniband");
-  if (dir == nullptr) {
-    return false;
-  }
-  bool found = false;
-  while (dirent* entry = ::readdir(dir)) {
-    if (entry->d_name[0] != '.') {
-      found = true;
-      break;
-    }
-  }
-  ::closedir(dir);
-  return found;
-}
-
 std::string storeKey(const GroupIdentity& group, const std::string& what) {
   return "monarch/" + std::to_string(group.epoch) + "/" + what;
 }
@@ -97,10 +77,10 @@ Fabric::Fabric(FabricOptions options)
     : endpointId_(randomU64()),
       options_(std::move(options)),
       address_(options_.bindAddress),
-      stopEvent_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
-  if (options_.rdma == FabricOptions::Rdma::kRequired) {
-    rdma_ = rdma::RdmaEndpoint::open(options_.rdmaProvider, options_.heartbeatTimeout);
-    rdmaTried_ = true;
+      stopEvent_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
+      paths_(options_.transport, options_.hostId, options_.heartbeatTimeout) {
+  if (options_.heartbeatTimeout.count() <= 0) {
+    throw std::invalid_argument("FabricOptions.heartbeatTimeout must be positive");
   }
   listener_ = listenOn(address_, &port_);
   setNonBlocking(listener_.fd(), true);
@@ -164,14 +144,7 @@ void Fabric::shutdown(bool graceful) {
     connection->fail("endpoint shut down");
   }
   loop_.stop();
-  std::shared_ptr<rdma::RdmaEndpoint> endpoint;
-  {
-    std::lock_guard<std::mutex> guard(mutex_);
-    endpoint = std::move(rdma_);
-  }
-  if (endpoint) {
-    endpoint->shutdown(); // after the links: no read starts from here on
-  }
+  paths_.shutdown(); // after the links: no read starts from here on
   arrivals_.notify_all();
 }
 
@@ -331,39 +304,12 @@ std::shared_ptr<Connection> Fabric::dialPeer(
 }
 
 std::shared_ptr<Connection> Fabric::adopt(Socket socket, const Handshake& peer, const std::string& address) {
-  PeerIdentity identity{peer.endpointId, peer.pid, address, peer.hostId};
-  identity.remoteReadable = options_.allowRemoteRead && peer.hostId == options_.hostId &&
-      canReadFrom(static_cast<pid_t>(peer.pid), peer.probeAddress);
-  MONARCH_LOG(kDebug) << "link to " << address << " (pid " << peer.pid << ") "
-                      << (identity.remoteReadable ? "uses same-host remote reads" : "uses TCP for payloads");
+  PeerIdentity identity{peer.endpointId, peer.pid, address, peer.hostId, peer.probeAddress};
+  PayloadPathList paths = paths_.forPeer(identity);
   std::lock_guard<std::mutex> guard(mutex_);
-  auto connection = std::make_shared<Connection>(
-      std::move(socket), identity, &channels_, &loop_, rdmaForPeerLocked(peer.hostId));
+  auto connection = std::make_shared<Connection>(std::move(socket), identity, &channels_, &loop_, std::move(paths));
   connections_.push_back(connection);
   return connection;
-}
-
-RdmaLink Fabric::rdmaForPeerLocked(uint64_t peerHostId) {
-  if (options_.rdma == FabricOptions::Rdma::kOff || peerHostId == options_.hostId) {
-    return {}; // on one host, shared memory and remote reads serve better
-  }
-  if (!rdmaTried_) {
-    rdmaTried_ = true;
-    if (options_.rdma == FabricOptions::Rdma::kAuto && options_.rdmaProvider.empty() && !rdmaDevicePresent()) {
-      return {};
-    }
-    try {
-      rdma_ = rdma::RdmaEndpoint::open(options_.rdmaProvider, options_.heartbeatTimeout);
-    } catch (const rdma::RdmaUnavailable& e) {
-      MONARCH_LOG(kDebug) << "no rdma between hosts, payloads go over TCP: " << e.what();
-    }
-  }
-  return RdmaLink{rdma_, options_.rdmaMinBytes};
-}
-
-std::string Fabric::rdmaProvider() {
-  std::lock_guard<std::mutex> guard(mutex_);
-  return rdma_ ? rdma_->provider() : std::string();
 }
 
 void Fabric::acceptLoop() {

@@ -14,6 +14,7 @@
 #include "transport/channel_registry.h"
 #include "transport/connection.h"
 #include "transport/event_loop.h"
+#include "transport/payload_paths.h"
 #include "transport/socket.h"
 #include "transport/store.h"
 #include "transport/wire.h"
@@ -28,30 +29,23 @@ struct GroupIdentity {
   int size = 1;
 };
 
-// One endpoint of a job: a listening socket, the TCP connections to peer
-// endpoints, the event loop that drives them and the channels (groups)
-// multiplexed over them. Groups derived from one another share an endpoint.
+// A Fabric's settings, from torch_monarch.Options (which owns the defaults).
 struct FabricOptions {
   std::string bindAddress;
   // A peer silent for this long is declared failed. Heartbeats go out at a
   // fifth of it, so several may be lost or late before that happens.
-  std::chrono::milliseconds heartbeatTimeout{std::chrono::seconds(3)};
-  // Peers on this host whose memory is readable get large payloads by
-  // remote read (remote_read.h); false forces every byte through TCP.
-  bool allowRemoteRead = true;
-  // Which host this endpoint says it is on (see localHostId()); peers with
-  // the same id are on one host. Set apart to make one machine pose as several.
+  std::chrono::milliseconds heartbeatTimeout{};
+  // Which host this Fabric says it is on (see localHostId()); peers with the
+  // same id are on one host. Set apart to make one machine pose as several.
   uint64_t hostId = 0;
-  // Large payloads to peers on other hosts by RDMA read (rdma/): kOff never,
-  // kAuto when a verbs or efa provider opens (at the first such peer),
-  // kRequired always (the endpoint opens at construction or it throws
-  // rdma::RdmaUnavailable). Never to peers on this host.
-  enum class Rdma { kOff, kAuto, kRequired };
-  Rdma rdma = Rdma::kOff;
-  std::string rdmaProvider; // empty: rdma::kDefaultProviders
-  size_t rdmaMinBytes = 256 * 1024; // smaller payloads go inline on TCP
+  // Options.transport and the payload paths' options (payload_paths.h).
+  TransportOptions transport;
 };
 
+// The process's endpoint of a job: a listening socket, the TCP connections
+// to the peers' Fabrics, the event loop that drives them, the payload paths
+// they share and the channels (groups) multiplexed over them. Groups derived
+// from one another share a Fabric.
 class Fabric {
  public:
   explicit Fabric(FabricOptions options);
@@ -70,8 +64,9 @@ class Fabric {
   }
   // Live connections (for tests and diagnostics).
   size_t connectionCount();
-  // The libfabric provider large cross-host payloads go through; empty when none.
-  std::string rdmaProvider();
+  PayloadPaths& paths() {
+    return paths_;
+  }
 
   // Connects every pair of ranks of a group through `store` and returns the
   // connection to each rank (null for this rank). A live connection to a
@@ -117,9 +112,6 @@ class Fabric {
   std::shared_ptr<Connection> adopt(Socket socket, const Handshake& peer, const std::string& address);
 
   void checkLiveness();
-  // The RDMA endpoint for a peer on another host, opened at the first (null
-  // when off or unavailable). Called with mutex_ held.
-  RdmaLink rdmaForPeerLocked(uint64_t peerHostId);
 
   const uint64_t endpointId_;
   const FabricOptions options_;
@@ -128,14 +120,13 @@ class Fabric {
   Socket listener_;
   Socket stopEvent_;
   ChannelRegistry channels_;
+  PayloadPaths paths_;
   EventLoop loop_;
 
   std::mutex mutex_;
   std::condition_variable arrivals_;
   std::vector<PendingGroup*> pendingGroups_;
   std::vector<std::shared_ptr<Connection>> connections_;
-  std::shared_ptr<rdma::RdmaEndpoint> rdma_;
-  bool rdmaTried_ = false; // kAuto opens it once, at the first peer on another host
   std::thread acceptor_;
   bool stopped_ = false;
   int leases_ = 0;

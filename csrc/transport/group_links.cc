@@ -6,6 +6,7 @@
 #include <cstring>
 #include <string>
 
+#include "transport/payload_paths.h"
 #include "transport/sub_links.h"
 #include "common/op_failure.h"
 
@@ -80,14 +81,10 @@ std::vector<uint64_t> GroupLinks::payloadBytesSent() const {
 }
 
 std::map<std::string, uint64_t> GroupLinks::transportBytes() const {
-  std::map<std::string, uint64_t> total{{"tcp_sent", 0}, {"remote_read", 0}, {"rdma_read", 0}, {"rdma_fallbacks", 0}};
+  std::map<std::string, uint64_t> total = PayloadPaths::zeroCounters();
   for (const auto& connection : connections_) {
     if (connection) {
-      const LinkCounters& counters = connection->counters();
-      total["tcp_sent"] += counters.tcpSent.load();
-      total["remote_read"] += counters.remoteRead.load();
-      total["rdma_read"] += counters.rdmaRead.load();
-      total["rdma_fallbacks"] += counters.rdmaFallbacks.load();
+      connection->addCounters(total);
     }
   }
   return total;

@@ -72,8 +72,8 @@ class GroupLinks : public Links {
   }
   // Payload bytes this rank has posted to each peer so far (diagnostics).
   std::vector<uint64_t> payloadBytesSent() const;
-  // The links' LinkCounters summed over peers: tcp_sent, remote_read,
-  // rdma_read, rdma_fallbacks.
+  // What the links' payload paths moved, summed over peers, by counter
+  // (PayloadPaths::zeroCounters() names them).
   std::map<std::string, uint64_t> transportBytes() const;
 
  private:

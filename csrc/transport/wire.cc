@@ -1,6 +1,6 @@
 #include "transport/wire.h"
 
-#include "transport/remote_read.h"
+#include "transport/host_identity.h"
 
 #include <unistd.h>
 
@@ -105,6 +105,13 @@ FrameHeader makeControlHeader(FrameKind kind, uint64_t channel, uint64_t seq, ui
   return header;
 }
 
+FrameHeader makePathControlHeader(FrameKind kind, uint8_t pathFlag, uint64_t payloadBytes) {
+  FrameHeader header = blankHeader(kind, 0, 0, payloadBytes);
+  header.flags = pathFlag;
+  header.checksum = headerChecksum(header);
+  return header;
+}
+
 Status validateHeader(const FrameHeader& header) {
   auto corrupt = [](const std::string& why) {
     return Status::error(ErrorKind::kProtocol, {}, "corrupt frame: " + why);
@@ -120,14 +127,12 @@ Status validateHeader(const FrameHeader& header) {
       if (header.payloadBytes > kMaxFramePayload) {
         return corrupt("payload length out of range");
       }
-      if ((header.flags & kFrameRemoteRead) && (header.flags & kFrameRdmaRead)) {
-        return corrupt("remote read and rdma read at once");
+      if ((header.flags & kFramePathMask) & ((header.flags & kFramePathMask) - 1)) {
+        return corrupt("two payload paths at once");
       }
-      if ((header.flags & kFrameRemoteRead) && header.payloadBytes != sizeof(uint64_t) * 2) {
-        return corrupt("remote read frame without a region");
-      }
-      if ((header.flags & kFrameRdmaRead) && header.payloadBytes != sizeof(RdmaRegion)) {
-        return corrupt("rdma read frame without a region");
+      // The link checks the exact length against the path's descriptor.
+      if ((header.flags & kFramePathMask) && header.payloadBytes > kMaxPathDescriptor) {
+        return corrupt("payload path descriptor too long");
       }
       if (header.dtype >= static_cast<uint8_t>(DataType::kCount)) {
         return corrupt("unknown dtype");
@@ -142,9 +147,9 @@ Status validateHeader(const FrameHeader& header) {
         return corrupt("error notice too long");
       }
       return {};
-    case FrameKind::kRdmaAddress:
-      if (header.payloadBytes == 0 || header.payloadBytes > kMaxRdmaAddress) {
-        return corrupt("rdma address length out of range");
+    case FrameKind::kPathAddress:
+      if (header.payloadBytes == 0 || header.payloadBytes > kMaxPathAddress) {
+        return corrupt("payload path address length out of range");
       }
       return {};
     case FrameKind::kHeartbeat:
@@ -152,7 +157,7 @@ Status validateHeader(const FrameHeader& header) {
     case FrameKind::kProgressQuery:
     case FrameKind::kProgressReply:
     case FrameKind::kReadDone:
-    case FrameKind::kRdmaReady:
+    case FrameKind::kPathReady:
       if (header.payloadBytes != 0) {
         return corrupt("control frame with payload");
       }

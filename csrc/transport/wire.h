@@ -27,7 +27,7 @@ struct Handshake {
   int32_t rank; // sender's rank in that group
   int32_t worldSize;
   uint32_t pid; // OS process id, for logs and same-host remote reads
-  uint64_t endpointId; // identifies the sending endpoint across groups
+  uint64_t endpointId; // identifies the sending Fabric across groups
   uint64_t hostId; // see localHostId()
   uint64_t probeAddress; // see probeWordAddress()
 };
@@ -71,28 +71,25 @@ enum class FrameKind : uint8_t {
   kGoodbye = 4, // orderly shutdown: the sender sends nothing after this
   kProgressQuery = 5, // "which op of this channel have you reached?"
   kProgressReply = 6, // seq = the last op the sender started on the channel
-  kReadDone = 7, // the receiver finished a remote read of (channel, seq, step)
-  kRdmaAddress = 8, // payload: the sender's libfabric endpoint address
-  kRdmaReady = 9, // the sender inserted our address: it may read what we expose
+  kReadDone = 7, // the receiver finished a read of (channel, seq, step) by a payload path
+  // Payload paths' own control frames; the flags name the path (its bit of
+  // kFramePathMask), the payload path (payload_path.h) reads them.
+  kPathAddress = 8, // payload: the sender's address on that path
+  kPathReady = 9, // the sender took our address: it may read what we expose
 };
 
-// Largest libfabric endpoint address a kRdmaAddress frame may carry.
-constexpr uint64_t kMaxRdmaAddress = 1024;
+// Largest address a kPathAddress frame may carry.
+constexpr uint64_t kMaxPathAddress = 1024;
 
 constexpr uint8_t kFramePointToPoint = 0x1;
-// The payload is a RemoteRegion to read from the sender's memory, not data.
-constexpr uint8_t kFrameRemoteRead = 0x2;
-// The payload is an RdmaRegion to fi_read from the sender's memory.
-constexpr uint8_t kFrameRdmaRead = 0x4;
+// The bits that name a read path (payload_paths.h says which is which): a
+// data frame with one set carries that path's descriptor of the sender's
+// buffer, not the data.
+constexpr uint8_t kFramePathMask = 0x6;
+// Largest descriptor of a read path.
+constexpr uint64_t kMaxPathDescriptor = 64;
 // On kReadDone: the read failed, send the payload inline over TCP instead.
 constexpr uint8_t kFrameResendInline = 0x8;
-
-// What a kFrameRdmaRead frame carries: a region the sender registered.
-struct RdmaRegion {
-  uint64_t address; // as the sender's provider wants it named (see rdma/registration_cache.h)
-  uint64_t bytes;
-  uint64_t key;
-};
 
 struct FrameHeader {
   uint32_t magic;
@@ -122,6 +119,8 @@ FrameHeader makeDataHeader(
     uint64_t channel, uint64_t seq, uint32_t step, const OpSignature& sig,
     uint64_t payloadBytes, bool pointToPoint);
 FrameHeader makeControlHeader(FrameKind kind, uint64_t channel, uint64_t seq, uint64_t payloadBytes);
+// A payload path's kPathAddress or kPathReady; `pathFlag` names the path.
+FrameHeader makePathControlHeader(FrameKind kind, uint8_t pathFlag, uint64_t payloadBytes);
 
 // Checks magic, checksum, kind and bounds of a header read off a link.
 Status validateHeader(const FrameHeader& header);

@@ -1,8 +1,8 @@
 # monarch.actor (torchmonarch 0.7), the part torch_monarch uses: torchmonarch ships no type
 # information. Meshes are the protocols of torch_monarch.monarch.handles.
-from typing import Any, Callable, Optional, TypeVar
+from typing import Any, Callable, TypeVar
 
-from torch_monarch.monarch.handles import ProcMesh
+from torch_monarch.monarch.handles import HostMesh
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -14,14 +14,6 @@ class MeshFailure:
 
 class BootstrapCommand:
     args: list[str]
-
-class HostMesh:
-    def spawn_procs(
-        self,
-        per_host: Optional[dict[str, int]] = None,
-        name: Optional[str] = None,
-        bootstrap_command: Optional[BootstrapCommand] = None,
-    ) -> ProcMesh: ...
 
 def this_host() -> HostMesh: ...
 def endpoint(method: _F) -> _F: ...

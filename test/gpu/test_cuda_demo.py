@@ -1,9 +1,13 @@
-"""``python -m torch_monarch.demo --device cuda``: a short run on the GPU.
+"""``python -m torch_monarch.demo --device cuda`` at its defaults meets the GPU targets (issue 26).
 
-Every replica on the one GPU (round-robin over the visible GPUs), so both the
-replicas' own groups and the groups across replicas take the host-staged
-route. The failures include the GPU-side ones: a CUDA error in the step
-(``cuda``) and a collective on CUDA tensors aborted mid-step (``comm``).
+4 replicas x 2 workers on the one GPU (round-robin over the visible GPUs),
+DiLoCo every 20 steps, a failure every 20 s of the default GPU kinds (a CUDA
+error in the step and a collective on CUDA tensors aborted mid-step among
+them), then the same run without failures. Workers fork from the preloaded,
+CUDA-clean forkserver. Asserted: every target of the demo's summary (every
+failure recovered, no missed outer sync, goodput >= 0.95, identical final
+parameters, final loss within 10 %) and the GPU's rejoin target, a median
+of at most 3 s.
 """
 
 from __future__ import annotations
@@ -16,7 +20,11 @@ import pytest
 
 from commands import repo_env, run_bounded
 
-pytestmark = [pytest.mark.cuda, pytest.mark.timeout(420)]
+pytestmark = [pytest.mark.cuda, pytest.mark.timeout(600)]
+
+#: issue 26: the failed replica back in an outer sync within 3 s (median) on the GPU
+GPU_MEDIAN_REJOIN_S = 3.0
+
 
 def _worker_logs(out: Path, tail: int = 3000) -> str:
     """The end of every worker log of the run, to say why a replica failed."""
@@ -27,21 +35,22 @@ def _worker_logs(out: Path, tail: int = 3000) -> str:
     return "\n".join(parts)
 
 
-def test_demo_on_cuda_recovers_every_failure(tmp_path: Path) -> None:
+def test_demo_on_cuda_meets_its_targets(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     out = tmp_path / "demo"
-    command = [sys.executable, "-m", "torch_monarch.demo", "--device", "cuda", "--duration", "45", "--replicas", "2",
-               "--workers", "2", "--every", "10", "--kinds", "cuda,comm,kill", "--status", "log", "--out", str(out)]
-    result = run_bounded(command, 400, repo_env())
+    command = [sys.executable, "-m", "torch_monarch.demo", "--device", "cuda", "--status", "log", "--out", str(out)]
+    result = run_bounded(command, 570, repo_env())
     output = result.stdout
     print(output[-6000:])
-    if result.returncode != 0:
+    summary = json.loads((out / "summary.json").read_text()) if (out / "summary.json").exists() else {}
+    if result.returncode != 0 or not all(summary.get("targets", {}).values()):
         print(_worker_logs(out))
+    assert summary, output[-5000:]
+    kinds = {failure["kind"] for failure in summary["failures"]}
+    assert {"cuda", "comm"} <= kinds, summary["failures"]
+    assert summary["failures_injected"] >= 5
+    missed = [name for name, ok in summary["targets"].items() if not ok]
+    assert not missed, {k: v for k, v in summary.items() if k != "failures"}
+    assert summary["median_rejoin_s"] <= GPU_MEDIAN_REJOIN_S, summary["median_rejoin_s"]
     assert result.returncode == 0, output[-5000:]
-    summary = json.loads((out / "summary.json").read_text())
-    kinds = {failure["kind"] for failure in summary.get("failures", [])}
-    assert {"cuda", "comm"} <= kinds, summary.get("failures")
-    print(json.dumps({k: v for k, v in summary.items() if k != "failures"}, indent=1))
-    assert summary["failures_recovered"] == summary["failures_injected"] >= 3
-    assert summary["final_params_identical"] is True
     assert (out / "timeline.png").stat().st_size > 10_000

@@ -26,5 +26,19 @@ def rdma_unavailable() -> str:
     return ""
 
 
+def what_a_missing_libfabric_names(library: str) -> tuple[str, ...]:
+    """What an error about libfabric not loading from ``library`` must say.
+
+    libfabric is an optional system library, and either outcome is honest: a
+    build with the rdma transport names the file it could not load and the
+    package that has it (libfabric1); a build made without libfabric's headers
+    has nothing to load, and names the headers' package and a rebuild."""
+    from torch_monarch import _C
+
+    if _C.RDMA_BUILT:
+        return (library, "apt-get install libfabric1")
+    return ("headers were missing", "apt-get install libfabric-dev", "then rebuild")
+
+
 _WHY = rdma_unavailable()
 requires_rdma = pytest.mark.skipif(bool(_WHY), reason=_WHY or "libfabric available")

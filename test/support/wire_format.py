@@ -40,8 +40,8 @@ class FrameKind:
     PROGRESS_QUERY = 5
     PROGRESS_REPLY = 6
     READ_DONE = 7
-    RDMA_ADDRESS = 8
-    RDMA_READY = 9
+    PATH_ADDRESS = 8  # a payload path's own control frames; flags name the path
+    PATH_READY = 9
 
 
 class OpCode:
@@ -51,7 +51,7 @@ class OpCode:
 
 
 FLAG_POINT_TO_POINT = 0x1
-FLAG_REMOTE_READ = 0x2
+FLAG_REMOTE_READ = 0x2  # RemoteReadPath::kFrameFlag, a bit of kFramePathMask
 
 
 def fnv1a64(data: bytes, seed: int = 1469598103934665603) -> int:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from torch_monarch.demo.config import DemoConfig
+from torch_monarch.demo.device import DeviceUnavailableError
 from torch_monarch.demo.runner import PhaseResult, PhaseSpec, run_phase
 from torch_monarch.launch.backends import BACKENDS
 from torch_monarch.launch.inject import InjectionSpec
@@ -205,7 +206,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         f"every {inject.every.total_seconds():.0f}s for {args.duration:.0f}s, then the same run without failures. Output: {out}",
         flush=True,
     )
-    failed = run_phase(_phase_spec(args, "with_failures", out, inject))
+    try:
+        failed = run_phase(_phase_spec(args, "with_failures", out, inject))
+    except DeviceUnavailableError as e:
+        print(f"torch_monarch demo: {e}", file=sys.stderr)
+        return 2
     if not failed.window_end:
         print(f"the run with failures did not get going: {failed.message}", file=sys.stderr)
         return 1

@@ -21,6 +21,7 @@ from typing import Optional
 
 from torch_monarch._config import coerce_durations
 from torch_monarch.demo.config import DemoConfig
+from torch_monarch.demo.device import require_device
 from torch_monarch.launch.args import parse_args
 from torch_monarch.launch.backends import make_backend, stop_shielded
 from torch_monarch.launch.config import job_config
@@ -59,8 +60,8 @@ class PhaseSpec:
     lighthouse: Optional[LighthouseConfig] = None
     #: further monarch-run flags (they override the ones above)
     extra_args: list[str] = field(default_factory=list)
-    #: fork workers from a preloaded forkserver (else new interpreters, like torchrun); on CPU
-    #: only: CUDA does not survive a fork, so GPU workers always start as new interpreters
+    #: fork workers from a preloaded forkserver (else new interpreters, like torchrun); on GPUs
+    #: too: the server never initialises CUDA, so its children can (supervision/cuda_clean.py)
     preload: bool = True
     #: who supervises the replicas: "embedded" or "monarch" (real Monarch actors)
     orchestrator: str = "embedded"
@@ -85,7 +86,7 @@ class PhaseResult:
 
 
 def _args(spec: PhaseSpec) -> list[str]:
-    preload = ["--preload", "torch_monarch.demo.warmup"] if spec.preload and spec.config.device == "cpu" else []
+    preload = ["--preload", "torch_monarch.demo.warmup"] if spec.preload else ["--start-method", "spawn"]
     return [
         "--replicas",
         str(spec.replicas),
@@ -125,7 +126,8 @@ def _all_ready(run_dir: RunDir, replica_ids: list[str], workers: int) -> bool:
 
 
 def run_phase(spec: PhaseSpec) -> PhaseResult:
-    """Runs the phase; see the module docstring."""
+    """Runs the phase; see the module docstring. ``DeviceUnavailableError`` before anything starts."""
+    require_device(spec.config.device)
     if spec.run_dir.exists():
         shutil.rmtree(spec.run_dir)
     spec.run_dir.mkdir(parents=True)

@@ -3,9 +3,14 @@
 Workers (and every restarted worker) fork from a process that imported
 this module, so they start with torch, torch._dynamo (which
 ``torch.optim`` pulls in on first use, seconds on a loaded host), TorchFT
-and torch_monarch loaded, and with one tiny training step already run
-(lazy kernel and autograd initialisation). Only single-threaded work runs
-here: forking a process with an OpenMP pool running is unsafe.
+and torch_monarch loaded, and on CPU with one tiny training step already
+run (lazy kernel and autograd initialisation). Only single-threaded work
+runs here: forking a process with an OpenMP pool running is unsafe.
+
+With ``--device cuda`` there is no warm-up step: the first backward pass
+starts the autograd engine's device threads, which asks the CUDA driver for
+its devices (``cuInit``), and the children of a process that did that cannot
+use the GPU (the forkserver refuses it, ``supervision/cuda_clean.py``).
 """
 
 import torch
@@ -31,4 +36,5 @@ def _warm_up() -> None:
     optimizer.step()
 
 
-_warm_up()
+if DemoConfig().with_env_overrides().device == "cpu":
+    _warm_up()

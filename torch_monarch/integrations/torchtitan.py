@@ -41,7 +41,7 @@ import sys
 from datetime import timedelta
 from typing import Any, Callable, Optional, Sequence
 
-__all__ = ["PROCESS_GROUP", "install", "main"]
+__all__ = ["PROCESS_GROUP", "install", "main", "preload"]
 
 logger: logging.Logger = logging.getLogger(__name__)
 
@@ -110,7 +110,10 @@ def install() -> list[str]:
     try:
         import torchft  # noqa: F401 - the manager needs it
     except ImportError as e:
-        raise ImportError("TorchTitan's fault tolerance needs torchft: pip install 'torch_monarch[torchtitan]'") from e
+        raise ImportError(
+            "TorchTitan's fault tolerance needs TorchFT: "
+            "pip install 'torch_monarch[ft,torchtitan]' (or [ft-nightly,torchtitan])"
+        ) from e
     hooked = []
     for manager in _present(_MANAGERS):
         _wrap_once(manager, "__init__", _hooked)
@@ -196,22 +199,52 @@ def _with_launcher_flags(argv: Sequence[str]) -> list[str]:
     return args
 
 
-def main(argv: Optional[Sequence[str]] = None) -> None:
-    """``python -m torch_monarch.integrations.torchtitan [TorchTitan's arguments]``."""
-    from torch_monarch import supervision
+def _current_argv(parse_args: Callable[..., Any]) -> Callable[..., Any]:
+    """``ConfigManager.parse_args`` that reads ``sys.argv`` when called, not when its module loaded.
 
-    # Before TorchTitan is imported: its ConfigManager.parse_args reads
-    # sys.argv[1:] as a default argument, fixed when its module loads.
-    sys.argv = [sys.argv[0], *_with_launcher_flags(sys.argv[1:] if argv is None else argv)]
+    Its default argument is ``sys.argv[1:]`` as it was at TorchTitan's import:
+    in a worker forked from a server that preloaded TorchTitan, the server's.
+    """
+
+    @functools.wraps(parse_args)
+    def wrapper(self: Any, args: Optional[list[str]] = None) -> Any:
+        return parse_args(self, sys.argv[1:] if args is None else args)
+
+    return wrapper
+
+
+def _hook_trainers() -> list[type]:
+    """Imports TorchTitan's trainers and hooks them (manager, step reports, argv); returns the trainers."""
     install()
-    from torchtitan import train
-
     from torchtitan.components.metrics import MetricsProcessor
+    from torchtitan.config.manager import ConfigManager
 
     trainers = _trainer_classes()
     for trainer_class in trainers:
         _wrap_once(trainer_class, "train_step", _reporting)
     _wrap_once(MetricsProcessor, "log", _remembering_loss)
+    _wrap_once(ConfigManager, "parse_args", _current_argv)
+    return trainers
+
+
+def preload() -> None:
+    """What a forkserver imports for TorchTitan workers (``torchtitan_preload``): its trainers, hooked.
+
+    Every restarted worker forks with them loaded. TorchTitan asks
+    ``torch.cuda.is_available()`` at import, which the forkserver answers
+    through NVML, so CUDA stays uninitialised (``supervision/cuda_clean.py``).
+    """
+    _hook_trainers()
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    """``python -m torch_monarch.integrations.torchtitan [TorchTitan's arguments]``."""
+    from torch_monarch import supervision
+
+    sys.argv = [sys.argv[0], *_with_launcher_flags(sys.argv[1:] if argv is None else argv)]
+    trainers = _hook_trainers()
+    from torchtitan import train
+
     # 0.2.x's main takes the trainer class (its FT trainer); 0.3.x's builds
     # the one its config names.
     supervision.supervised(train.main)(*trainers[:1] if inspect.signature(train.main).parameters else ())

@@ -12,6 +12,7 @@ from typing import Optional
 
 from torch_monarch.quorum.lighthouse import LighthouseConfig
 from torch_monarch.supervision.policy import RestartPolicy
+from torch_monarch.supervision.preload import base_preload
 from torch_monarch.supervision.probes import HangConfig
 
 __all__ = ["AgentFlags", "JobConfig", "SchedulerChoice", "TrainerSpec", "sync_env"]
@@ -38,8 +39,8 @@ class TrainerSpec:
 
     @property
     def standby_imports(self) -> tuple[str, ...]:
-        """What a standby trainer imports before it is needed: torch, then ``preload``."""
-        return ("torch", *self.preload)
+        """What a standby trainer imports before it is needed: every forkserver's modules, then ``preload``."""
+        return tuple(base_preload(self.preload))
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,8 @@ class AgentFlags:
     monitor_interval: float = 0.1
     redirects: str = "0"
     tee: str = "0"
-    start_method: str = "spawn"
+    #: None: the replica agent decides (a forkserver on GPU hosts, else spawn)
+    start_method: Optional[str] = None
     run_path: bool = False
     no_python: bool = False
     role: str = "default"

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Optional, Sequence
@@ -67,8 +68,9 @@ def get_args_parser() -> argparse.ArgumentParser:
         "torchrun-compatible launcher with replica groups, a TorchFT quorum, "
         "restart policies, failure drills and a live status view."
     )
-    # torchrun never restarts by default; a fault-tolerant launcher does.
-    parser.set_defaults(max_restarts=policy.max_restarts)
+    # torchrun never restarts by default; a fault-tolerant launcher does. The start method's default
+    # (None unless PET_START_METHOD) is decided per host: a forkserver on GPU hosts (replica_main).
+    parser.set_defaults(max_restarts=policy.max_restarts, start_method=os.environ.get("PET_START_METHOD"))
     group = parser.add_argument_group("replica groups (torch_monarch)")
     _add(group, "--replicas", type=int, default=defaults.replicas, help="Replica groups (default 1).")
     _add(
@@ -144,8 +146,11 @@ def get_args_parser() -> argparse.ArgumentParser:
         group,
         "--preload",
         default="",
-        help="Comma-separated modules imported once in a forkserver; workers fork from it with them loaded "
-        "(implies --start-method forkserver and --run-path): restarts in a fraction of a second.",
+        help="Comma-separated modules imported once in a forkserver, after torch, torch_monarch and torchft; "
+        "workers fork from it with them loaded (implies --start-method forkserver and --run-path): restarts in "
+        "a fraction of a second. The default on a host with a visible GPU, with no modules of its own, unless "
+        "--start-method is given. A module that initialises CUDA is refused (its forked workers could not use "
+        "the GPU).",
     )
     _add(
         group,

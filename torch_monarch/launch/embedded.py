@@ -69,7 +69,8 @@ def agent_args(config: JobConfig, replica_id: str, lighthouse: str) -> list[str]
     if config.trainer.preload:
         out += ["--preload", ",".join(config.trainer.preload)]
     else:
-        out += ["--start-method", agent.start_method]
+        if agent.start_method is not None:
+            out += ["--start-method", agent.start_method]
         if agent.run_path:
             out.append("--run-path")
     if config.trainer.module:
@@ -88,7 +89,7 @@ def _make_scheduler(config: JobConfig, run_dir: RunDir) -> Scheduler:
         return LocalScheduler(run_dir)
     from torch_monarch.supervision.scheduler.torchx import TorchXScheduler
 
-    return TorchXScheduler(config.scheduler.name, dict(config.scheduler.cfg))
+    return TorchXScheduler(config.scheduler.name, dict(config.scheduler.cfg), run_dir=run_dir)
 
 
 class EmbeddedJob:

@@ -10,6 +10,10 @@ real proc and stands in for it towards Monarch's host agent (signals in,
 exit status out). A forked proc starts Monarch's usual proc bootstrap with
 torch already loaded.
 
+The server imports its modules with ``import_cuda_clean``: a module that
+initialises CUDA is refused (the procs forked from it could not use the
+GPU), and :meth:`start` raises ``PreloadError`` naming it.
+
 The server is single-threaded and never imports Monarch (whose native
 runtime starts threads): a fork copies only the calling thread, and a lock
 held by another one would stay locked in the child forever.
@@ -30,7 +34,6 @@ from __future__ import annotations
 
 import array
 import asyncio
-import importlib
 import json
 import logging
 import multiprocessing
@@ -49,6 +52,8 @@ from typing import Any, Optional, Sequence, Union
 
 from torch_monarch.monarch._forkserver_client import recv_exactly
 from torch_monarch.monarch.failure import exit_text
+from torch_monarch.supervision.cuda_clean import import_cuda_clean
+from torch_monarch.supervision.preload import PreloadError
 
 __all__ = ["ProcForkserver"]
 
@@ -59,6 +64,8 @@ _CLIENT = Path(__file__).with_name("_forkserver_client.py")
 _START_TIMEOUT_S = 300.0
 _REQUEST_TIMEOUT_S = 10.0
 _MAX_REQUEST = 16 << 20
+#: the server's first line when it refused its preload (instead of "ready")
+_REFUSED = "refused: "
 
 
 class ProcForkserver:
@@ -87,6 +94,9 @@ class ProcForkserver:
             line = b"timed out"
         if line.strip() != b"ready":
             self.stop()
+            reason = line.decode(errors="replace").strip()
+            if reason.startswith(_REFUSED):
+                raise PreloadError(f"the trainer forkserver refused its preload ({', '.join(self.preload)}): {reason[len(_REFUSED):]}")
             raise RuntimeError(f"the trainer forkserver (preloading {', '.join(self.preload)}) did not start: {line!r}")
         logger.info("trainer forkserver pid %d ready at %s (preloaded %s)", process.pid, self.socket_path, self.preload)
 
@@ -220,8 +230,13 @@ def serve(path: str, exits: str, parent_pid: int, preload: Sequence[str]) -> Non
 
     die_with_parent(parent_pid)
     os.makedirs(exits, exist_ok=True)
-    for name in preload:
-        importlib.import_module(name)
+    try:
+        import_cuda_clean(preload)
+    except Exception as e:  # noqa: BLE001 - the client raises it: a proc forked from here could not use the GPU
+        reason = f"{type(e).__name__}: {e}".replace("\n", " ")
+        sys.stdout.write(f"{_REFUSED}{reason}\n")
+        sys.stdout.flush()
+        raise SystemExit(1) from e
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(64)

@@ -3,14 +3,15 @@
 Monarch's meshes route endpoint calls by attribute (``mesh.run.call_one(...)``);
 these protocols name what the orchestrator's actors rely on: a future that
 can be awaited (inside an actor) or waited for (``get``, in the client), an
-endpoint's ``call``/``call_one``, and a proc mesh that spawns actors and stops.
+endpoint's ``call``/``call_one``, a proc mesh that spawns actors and stops,
+and a host mesh (this host, or an allocation's hosts) that spawns procs.
 """
 
 from __future__ import annotations
 
-from typing import Any, Generator, Protocol, TypeVar
+from typing import Any, Generator, Optional, Protocol, TypeVar
 
-__all__ = ["ActorMesh", "Endpoint", "MonarchFuture", "ProcMesh"]
+__all__ = ["ActorMesh", "Endpoint", "HostMesh", "MonarchFuture", "ProcMesh"]
 
 T = TypeVar("T", covariant=True)
 
@@ -47,3 +48,19 @@ class ProcMesh(Protocol):
     def spawn(self, name: str, actor: type, *args: Any) -> ActorMesh: ...
 
     def stop(self) -> MonarchFuture[None]: ...
+
+
+class HostMesh(Protocol):
+    """Hosts that procs are spawned on: ``this_host()``, or the hosts of an allocation."""
+
+    def spawn_procs(
+        self, per_host: Optional[dict[str, int]] = None, name: Optional[str] = None, bootstrap_command: Any = None
+    ) -> ProcMesh: ...
+
+    def size(self, dim: str) -> int:
+        """How many hosts along ``dim`` ("hosts")."""
+        ...
+
+    def slice(self, **coordinates: int) -> "HostMesh":
+        """The hosts at ``coordinates``, e.g. ``slice(hosts=2)``."""
+        ...

@@ -10,15 +10,19 @@ analysis) reads the run directory exactly as for the embedded backend.
 from __future__ import annotations
 
 import logging
-from typing import Optional
+import sys
+from typing import TYPE_CHECKING, Optional
 
 from torch_monarch.job.config import JobConfig
 from torch_monarch.monarch._require import require_monarch
 from torch_monarch.monarch.config import OrchestrationStatus
-from torch_monarch.monarch.handles import ActorMesh, ProcMesh
+from torch_monarch.monarch.handles import ActorMesh, HostMesh, ProcMesh
 from torch_monarch.supervision.events import Event
 from torch_monarch.supervision.failure import Failure
 from torch_monarch.supervision.rundir import RunDir
+
+if TYPE_CHECKING:
+    from torch_monarch.monarch.slurm import SlurmHosts
 
 __all__ = ["MonarchJob"]
 
@@ -40,13 +44,16 @@ class MonarchJob:
         self._manager: Optional[ActorMesh] = None
         self._status = OrchestrationStatus(running=False)
         self._unhandled: Optional[str] = None
+        self._allocation: Optional["SlurmHosts"] = None  # under --scheduler slurm
 
     def dryrun(self) -> str:
         from torch_monarch.monarch.scheduler import ReplicaActorScheduler, replica_specs
 
+        self._check_scheduler()
         lighthouse = self.lighthouse_address or f"a LighthouseActor (min_replicas {self.config.lighthouse.min_replicas})"
         scheduler = ReplicaActorScheduler(self.config, lighthouse)
-        header = f"# OrchestrationManager: lighthouse {lighthouse}, run dir {self.config.run_dir}"
+        hosts = "this host" if self.config.scheduler.name == "local" else f"a SLURM allocation of {self.config.nnodes} hosts"
+        header = f"# OrchestrationManager on {hosts}: lighthouse {lighthouse}, run dir {self.config.run_dir}"
         return "\n".join([header, *(scheduler.dryrun(spec) for spec in replica_specs(self.config))])
 
     def _on_unhandled(self, failure: object) -> None:
@@ -56,15 +63,34 @@ class MonarchJob:
 
     def start(self) -> None:
         import monarch.actor
-        from monarch.actor import this_host
 
+        from torch_monarch.monarch.hosts import host_for
         from torch_monarch.monarch.orchestration import OrchestrationManager
 
         monarch.actor.unhandled_fault_hook = self._on_unhandled
         self.run_dir.event(Event.JOB_STARTED, replicas=self.config.replicas, orchestrator="monarch", scheduler="monarch")
-        self._procs = this_host().spawn_procs(per_host={"procs": 1}, name="orchestration")
-        self._manager = self._procs.spawn("orchestration_manager", OrchestrationManager, self.config)
+        hosts = self._allocate()
+        self._procs = host_for(hosts, 0).spawn_procs(per_host={"procs": 1}, name="orchestration")
+        self._manager = self._procs.spawn("orchestration_manager", OrchestrationManager, self.config, hosts)
         self.lighthouse_address = self._manager.start.call_one().get()
+
+    def _check_scheduler(self) -> None:
+        if self.config.scheduler.name not in ("local", "slurm"):
+            raise SystemExit(
+                f"monarch-run: --orchestrator monarch runs on this host or on SLURM, not on {self.config.scheduler.name!r}"
+            )
+
+    def _allocate(self) -> Optional[HostMesh]:
+        """The hosts of ``--scheduler``: an allocation's HostMesh (SLURM), or None for this host."""
+        self._check_scheduler()
+        if self.config.scheduler.name == "local":
+            return None
+        from torch_monarch.monarch.slurm import SlurmHosts
+
+        self._allocation = SlurmHosts(self.config.nnodes, self.config.scheduler.cfg, self.config.run_dir, sys.executable)
+        hosts = self._allocation.start()
+        self.run_dir.event(Event.ALLOCATION_STARTED, scheduler="slurm", job_id=self._allocation.job_id)
+        return hosts
 
     def poll(self) -> bool:
         assert self._manager is not None, "start() first"
@@ -94,4 +120,7 @@ class MonarchJob:
                 assert self._procs is not None
                 self._procs.stop().get()
                 self._manager = None
+        if self._allocation is not None:
+            self._allocation.stop()
+            self._allocation = None
         self.run_dir.event(Event.JOB_STOPPED, succeeded=self.succeeded, orchestrator="monarch")

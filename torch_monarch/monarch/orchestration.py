@@ -18,11 +18,12 @@ import logging
 import os
 from typing import Optional
 
-from monarch.actor import Actor, MeshFailure, endpoint, this_host
+from monarch.actor import Actor, MeshFailure, endpoint
 
 from torch_monarch.job.config import JobConfig
 from torch_monarch.monarch.config import OrchestrationStatus
-from torch_monarch.monarch.handles import ActorMesh, ProcMesh
+from torch_monarch.monarch.handles import ActorMesh, HostMesh, ProcMesh
+from torch_monarch.monarch.hosts import host_for
 from torch_monarch.monarch.lighthouse import LighthouseActor
 from torch_monarch.monarch.scheduler import ReplicaActorScheduler, replica_specs
 from torch_monarch.supervision.orchestrator import Orchestrator
@@ -38,8 +39,10 @@ logger: logging.Logger = logging.getLogger(__name__)
 class OrchestrationManager(Actor):
     """See the module docstring."""
 
-    def __init__(self, config: JobConfig) -> None:
+    def __init__(self, config: JobConfig, hosts: Optional[HostMesh] = None) -> None:
         self.config = config
+        # The allocation's HostMesh (--scheduler slurm); None: this host.
+        self.hosts = hosts
         self.run_dir = RunDir(config.run_dir)
         self.scheduler: Optional[ReplicaActorScheduler] = None
         self.orchestrator: Optional[Orchestrator] = None
@@ -53,12 +56,12 @@ class OrchestrationManager(Actor):
         address = self.config.lighthouse_address
         lighthouse_pid = None
         if not address:
-            self._lighthouse_procs = this_host().spawn_procs(per_host={"procs": 1}, name="lighthouse")
+            self._lighthouse_procs = host_for(self.hosts, 0).spawn_procs(per_host={"procs": 1}, name="lighthouse")
             self._lighthouse = self._lighthouse_procs.spawn("lighthouse", LighthouseActor, self.config.lighthouse)
             address = await self._lighthouse.address.call_one()
             lighthouse_pid = await self._lighthouse.pid.call_one()
         self.run_dir.event(Event.ORCHESTRATION_STARTED, pid=os.getpid(), lighthouse=address, lighthouse_pid=lighthouse_pid)
-        self.scheduler = ReplicaActorScheduler(self.config, address)
+        self.scheduler = ReplicaActorScheduler(self.config, address, self.hosts)
         self.orchestrator = Orchestrator(
             self.scheduler,
             replica_specs(self.config),

@@ -16,11 +16,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from monarch.actor import this_host
-
 from torch_monarch.job.config import JobConfig
 from torch_monarch.monarch.config import ReplicaConfig
-from torch_monarch.monarch.handles import ActorMesh, ProcMesh
+from torch_monarch.monarch.handles import ActorMesh, HostMesh, ProcMesh
+from torch_monarch.monarch.hosts import host_for
 from torch_monarch.monarch.replica import ReplicaActor
 from torch_monarch.supervision.failure import Failure, FailureKind
 from torch_monarch.supervision.rundir import RunDir
@@ -55,9 +54,10 @@ class ReplicaActorScheduler(Scheduler):
 
     name = "monarch"
 
-    def __init__(self, config: JobConfig, lighthouse: str) -> None:
+    def __init__(self, config: JobConfig, lighthouse: str, hosts: Optional[HostMesh] = None) -> None:
         self.config = config
         self.lighthouse = lighthouse
+        self.hosts = hosts  # an allocation's HostMesh (round robin per allocation), or None: this host
         self.run_dir = RunDir(config.run_dir)
         self._allocations: dict[str, _Allocation] = {}
         self._stopping: list["asyncio.Future[Any]"] = []
@@ -65,7 +65,7 @@ class ReplicaActorScheduler(Scheduler):
     def submit(self, spec: ReplicaSpec) -> str:
         handle = f"replica_{spec.replica_id}_{len(self._allocations)}"
         self.run_dir.clear_escalation(spec.replica_id)
-        procs = this_host().spawn_procs(per_host={"procs": 1}, name=handle)
+        procs = host_for(self.hosts, len(self._allocations)).spawn_procs(per_host={"procs": 1}, name=handle)
         actor = procs.spawn(handle, ReplicaActor, ReplicaConfig(spec.replica_id, self.lighthouse, self.config))
         allocation = _Allocation(spec.replica_id, procs, actor)
         self._allocations[handle] = allocation

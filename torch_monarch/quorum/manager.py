@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Callable, ClassVar, Optional
 
 from torch_monarch._config import Config
+from torch_monarch._store_client import advertised_host
 from torch_monarch.quorum.process_group import make_process_group
 
 __all__ = ["QuorumConfig", "make_manager"]
@@ -54,22 +54,13 @@ class QuorumConfig(Config):
     min_replica_size: int = 1
 
 
-def _host() -> str:
-    host = os.environ.get("MONARCH_HOST") or socket.gethostname()
-    try:
-        socket.getaddrinfo(host, None)
-        return host
-    except OSError:
-        return "127.0.0.1"
-
-
 def _manager_store(rank: int, world_size: int) -> tuple[Any, str, int]:
     """A TCPStore for this incarnation's Manager: (store, host, port)."""
     import torch.distributed as dist
     from torch.distributed import TCPStore
 
     if rank == 0:
-        host = _host()
+        host = advertised_host()
         store = TCPStore(host_name=host, port=0, is_master=True, wait_for_workers=False)
         port = store.port
         if world_size > 1:

@@ -3,7 +3,7 @@
 One switch, ``MONARCH_FT_PG``: ``monarch`` (default) is
 ``torch_monarch.torchft.ProcessGroupMonarch``; ``gloo`` is TorchFT's own
 ``ProcessGroupGloo``, for comparisons. Both need TorchFT
-(``pip install 'torch_monarch[ft]'``).
+(``pip install 'torch_monarch[ft]'`` or ``'torch_monarch[ft-nightly]'``).
 """
 
 from __future__ import annotations

@@ -25,6 +25,8 @@ class Event(str, enum.Enum):
     JOB_STOPPED = "job_stopped"
     #: pid, lighthouse, lighthouse_pid: the Monarch OrchestrationManager is up
     ORCHESTRATION_STARTED = "orchestration_started"
+    #: scheduler, job_id: the Monarch backend's hosts are allocated (--scheduler slurm)
+    ALLOCATION_STARTED = "allocation_started"
 
     # -- the orchestrator ------------------------------------------------------
     #: replica, allocation, scheduler, handle
@@ -43,7 +45,7 @@ class Event(str, enum.Enum):
     WORKERS_STARTED = "workers_started"
     #: replica, attempt, pids: a standby trainer mesh is ready (monarch)
     STANDBY_READY = "standby_ready"
-    #: replica, pid: the replica's trainer forkserver is up (monarch)
+    #: replica, pid (embedded: also preload): the replica's worker forkserver is up
     FORKSERVER_READY = "forkserver_ready"
     #: replica, pid, local_rank, reason: the hang probe killed a worker
     HANG_DETECTED = "hang_detected"

@@ -15,9 +15,9 @@ which replaces the replica or carries on without it.
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import os
 import sys
+import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -25,7 +25,9 @@ from typing import Any, Callable, Optional, Sequence, Union
 
 from torch_monarch._config import coerce_durations
 from torch_monarch.supervision.events import Event
+from torch_monarch.supervision.failure import Failure, FailureKind
 from torch_monarch.supervision.policy import RestartPolicy
+from torch_monarch.supervision.preload import PreloadError, start_forkserver
 from torch_monarch.supervision.probes import HangConfig
 from torch_monarch.supervision.replica_supervisor import ReplicaSupervisor
 from torch_monarch.supervision.rundir import RunDir
@@ -49,7 +51,8 @@ class ReplicaOptions:
         hang: hang probe settings.
         run_dir: the job's run directory, if any.
         preload: modules the forkserver imports once, so restarted workers
-            fork with them loaded (``start_method="forkserver"`` only).
+            fork with them loaded (``start_method="forkserver"`` only; a
+            module that initialises CUDA is refused, see ``cuda_clean``).
         env: extra environment for the workers.
         stop_timeout: SIGTERM grace when stopping workers (a number is seconds).
     """
@@ -84,6 +87,23 @@ def _plain_torch_log_format() -> None:
                 handler.setFormatter(plain)
 
 
+def _refuse_preload(supervisor: ReplicaSupervisor, error: PreloadError) -> int:
+    """Escalates a refused preload as the replica's failure: no worker started."""
+    now = time.time()
+    failure = Failure(
+        who=f"replica {supervisor.replica_id} / forkserver",
+        kind=FailureKind.EXCEPTION,
+        time=now,
+        message=str(error),
+        replica_id=supervisor.replica_id,
+        error_type=type(error).__name__,
+        detected_at=now,
+    )
+    supervisor.escalate(failure, {})
+    print(f"replica {supervisor.replica_id}: {error}", file=sys.stderr)
+    return EXIT_ESCALATED
+
+
 def run_replica(config: Any, entrypoint: Union[Callable[..., Any], str], args: Sequence[Any], options: ReplicaOptions) -> int:
     """Runs one replica's workers on this host until they finish.
 
@@ -116,8 +136,13 @@ def run_replica(config: Any, entrypoint: Union[Callable[..., Any], str], args: S
     if run_dir is not None:
         os.environ["MONARCH_RUN_DIR"] = str(run_dir.root)
     os.environ.update(options.env)
-    if config.start_method == "forkserver" and options.preload:
-        multiprocessing.set_forkserver_preload(list(options.preload))
+    supervisor = ReplicaSupervisor(options.replica_id, options.policy, run_dir, hang=options.hang)
+    if config.start_method == "forkserver":
+        try:
+            server = start_forkserver(options.preload)
+        except PreloadError as e:
+            return _refuse_preload(supervisor, e)
+        supervisor.event(Event.FORKSERVER_READY, pid=server, preload=list(options.preload))
 
     rdzv_parameters = RendezvousParameters(
         backend=config.rdzv_backend,
@@ -143,7 +168,6 @@ def run_replica(config: Any, entrypoint: Union[Callable[..., Any], str], args: S
         master_port=master_port,
         local_addr=config.local_addr,
     )
-    supervisor = ReplicaSupervisor(options.replica_id, options.policy, run_dir, hang=options.hang)
     agent = MonarchAgent(
         spec,
         config.logs_specs,

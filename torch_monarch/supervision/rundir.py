@@ -22,9 +22,10 @@ Each file holds one record type below, whose docstring is its schema:
     (``--inject-failures``); the worker deletes it when it takes it.
 ``replicas/<id>/escalation.json``
     the :class:`~torch_monarch.supervision.failure.Failure` (``to_json()``)
-    the replica supervisor escalated, marked by it in ``escalated_by``; the
-    scheduler reads it for the orchestrator. A new allocation of the replica
-    starts without it.
+    the replica supervisor escalated, marked by it in ``escalated_by``; every
+    scheduler reads it for the orchestrator (the directory is on the
+    submitting host, or on a file system the cluster's nodes share). A new
+    allocation of the replica starts without it.
 ``replicas/<id>/logs/``
     the per-attempt worker logs (stdout, stderr, error.json).
 ``control.json``

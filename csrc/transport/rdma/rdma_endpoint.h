@@ -1,6 +1,6 @@
 #pragma once
 
-// One libfabric endpoint per process endpoint (transport/fabric.h): a
+// One libfabric endpoint per Fabric (transport/fabric.h): a
 // reliable-datagram endpoint with RMA, its address vector and completion
 // queue, the registration cache, and a progress thread. A sender exposes a
 // registered buffer and sends its {address, bytes, key} over the TCP link; the
@@ -88,7 +88,7 @@ class RdmaEndpoint {
   void cancelReads(const void* token, const std::string& why);
 
   // Stops the progress thread, fails reads in flight and closes every
-  // libfabric object. Later reads fail at once. The owner (Fabric) calls it
+  // libfabric object. Later reads fail at once. The owner (RdmaPaths) calls it
   // before letting go, so the links that still hold the endpoint never run
   // the destructor's join on the progress thread itself.
   void shutdown();

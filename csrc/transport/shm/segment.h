@@ -47,7 +47,7 @@ class SharedSegment {
   bool named_; // this process created the name and it is still in /dev/shm
 };
 
-// "/monarch-<pid>-<endpoint>-<channel>": one segment per process endpoint
+// "/monarch-<pid>-<endpoint id>-<channel>": one segment per Fabric
 // and group.
 std::string segmentName(pid_t pid, uint64_t endpointId, uint64_t channelId);
 

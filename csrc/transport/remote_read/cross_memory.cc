@@ -1,35 +1,13 @@
-#include "transport/remote_read.h"
+#include "transport/remote_read/cross_memory.h"
 
 #include <sys/uio.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 
-#include "transport/wire.h"
+#include "transport/host_identity.h"
 
 namespace monarch {
-
-namespace {
-
-const uint64_t kProbeWord = 0x6d6f6e6172636821ull; // "monarch!"
-
-} // namespace
-
-uint64_t localHostId() {
-  std::string id;
-  std::ifstream bootId("/proc/sys/kernel/random/boot_id");
-  std::getline(bootId, id);
-  char hostname[256] = {0};
-  ::gethostname(hostname, sizeof(hostname) - 1);
-  id += hostname;
-  return fnv1a64(id.data(), id.size());
-}
-
-uint64_t probeWordAddress() {
-  return reinterpret_cast<uint64_t>(&kProbeWord);
-}
 
 bool canReadFrom(pid_t pid, uint64_t probeAddress) {
   uint64_t value = 0;

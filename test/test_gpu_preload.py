@@ -1,0 +1,177 @@
+"""Forking GPU workers from a preloaded server, checked on a machine without a GPU.
+
+1. A preload module that initialises CUDA is refused, naming the module, by
+   both servers (torch elastic's forkserver under ``monarch-run``, and the
+   Monarch replica's ``ProcForkserver``), and no worker starts.
+
+   The check asks the CUDA driver itself whether ``cuInit`` was called (see
+   ``supervision/cuda_clean.py``). This machine has no driver, so the tests
+   build one that keeps the driver API's contract for the two calls involved:
+   a ``libcuda.so.1`` whose ``cuDeviceGetCount`` answers
+   ``CUDA_ERROR_NOT_INITIALIZED`` until ``cuInit`` has been called. The
+   preload modules load it as any library would load the real driver; a
+   module that only loads it is accepted, one that calls ``cuInit`` is
+   refused. test/gpu/test_cuda_forkserver.py checks the same with the real
+   driver and torch.
+2. ``--device cuda`` on this CPU-only installation stops before training,
+   with one error naming what is missing.
+3. ``monarch-run`` forks workers from the server by default on a GPU host,
+   not otherwise, and never against an explicit ``--start-method``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from commands import repo_env, run_bounded
+from torch_monarch.demo.device import DeviceUnavailableError, require_device
+from torch_monarch.launch import replica_main
+from torch_monarch.launch.args import parse_args
+from torch_monarch.supervision.preload import PreloadError
+
+pytestmark = pytest.mark.timeout(180)
+
+_DRIVER = r"""
+/* The CUDA driver's contract for these two calls: every call but cuInit fails with
+   CUDA_ERROR_NOT_INITIALIZED (3) until cuInit has been called. */
+static int initialised;
+int cuInit(unsigned int flags) { (void)flags; initialised = 1; return 0; }
+int cuDeviceGetCount(int* count) { if (!initialised) return 3; *count = 1; return 0; }
+"""
+
+
+@pytest.fixture(scope="module")
+def driver(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("no C compiler to build the stand-in CUDA driver")
+    root = tmp_path_factory.mktemp("driver")
+    (root / "driver.c").write_text(_DRIVER)
+    library = root / "libcuda.so.1"
+    subprocess.run(
+        [compiler, "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(library), str(root / "driver.c")], check=True
+    )
+    return library
+
+
+@pytest.fixture
+def modules(tmp_path: Path, driver: Path) -> Path:
+    """Preload modules: one that initialises the driver, one that only loads it."""
+    root = tmp_path / "modules"
+    root.mkdir()
+    (root / "initialises_cuda.py").write_text(f"import ctypes\nctypes.CDLL({str(driver)!r}).cuInit(0)\n")
+    (root / "loads_driver.py").write_text(f"import ctypes\nctypes.CDLL({str(driver)!r})\n")
+    (root / "after_refused.py").write_text("")
+    return root
+
+
+def _env(modules: Path) -> dict[str, str]:
+    env = repo_env()
+    env["PYTHONPATH"] = f"{modules}:{env['PYTHONPATH']}"
+    return env
+
+
+def test_the_check_refuses_the_module_that_initialised_the_driver(modules: Path) -> None:
+    code = textwrap.dedent(
+        """
+        from torch_monarch.supervision.cuda_clean import CudaPreloadError, cuda_initialized, import_cuda_clean
+        import_cuda_clean(["json", "loads_driver"])  # loaded, never initialised: accepted
+        assert cuda_initialized() == "", cuda_initialized()
+        try:
+            import_cuda_clean(["initialises_cuda", "after_refused"])
+        except CudaPreloadError as e:
+            print("REFUSED", e)
+        import sys
+        print("IMPORTED AFTER", "after_refused" in sys.modules)
+        """
+    )
+    result = run_bounded([sys.executable, "-c", code], 60, _env(modules))
+    assert result.returncode == 0, result.stdout
+    assert "REFUSED preload module 'initialises_cuda' initialised CUDA" in result.stdout
+    assert "the CUDA driver was initialised (cuInit; 1 devices)" in result.stdout
+    assert "IMPORTED AFTER False" in result.stdout  # nothing after the refused module
+
+
+def test_monarch_run_refuses_the_preload_and_starts_no_worker(modules: Path, tmp_path: Path) -> None:
+    ran = tmp_path / "worker_ran"
+    script = tmp_path / "train.py"
+    script.write_text(f"open({str(ran)!r}, 'w').close()\n")
+    command = [sys.executable, "-m", "torch_monarch.run", "--replicas", "2", "--nproc-per-node", "1",
+               "--max-restarts", "1", "--replace-replicas", "0", "--status", "none", "--run-dir", str(tmp_path / "run"),
+               "--preload", "loads_driver,initialises_cuda", str(script)]  # fmt: skip
+    result = run_bounded(command, 150, _env(modules))
+    assert result.returncode != 0, result.stdout
+    assert "preload module 'initialises_cuda' initialised CUDA" in result.stdout, result.stdout[-3000:]
+    assert "PreloadError" in result.stdout
+    assert not ran.exists()
+
+
+def test_the_monarch_replicas_forkserver_refuses_the_preload(modules: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from torch_monarch.monarch.forkserver import ProcForkserver
+
+    monkeypatch.setenv("PYTHONPATH", _env(modules)["PYTHONPATH"])
+    server = ProcForkserver(["loads_driver", "initialises_cuda"])
+    try:
+        with pytest.raises(PreloadError, match="preload module 'initialises_cuda' initialised CUDA"):
+            asyncio.run(server.start())
+    finally:
+        server.stop()
+    assert server.pid is None
+
+
+def test_demo_with_device_cuda_stops_before_training(tmp_path: Path) -> None:
+    out = tmp_path / "demo"
+    command = [sys.executable, "-m", "torch_monarch.demo", "--device", "cuda", "--duration", "30", "--out", str(out),
+               "--status", "none"]  # fmt: skip
+    result = run_bounded(command, 90, repo_env())
+    assert result.returncode == 2, result.stdout[-3000:]
+    errors = [line for line in result.stdout.splitlines() if line.startswith("torch_monarch demo: --device cuda:")]
+    assert len(errors) == 1, result.stdout[-3000:]
+    if torch.version.cuda is None and torch.version.hip is None:
+        assert f"this torch ({torch.__version__}) was built without GPU support" in errors[0]
+    else:  # a CUDA build of torch on this GPU-less machine: the extension's build, or the device
+        assert "torch_monarch's extension was built for" in errors[0] or "torch sees no GPU" in errors[0]
+    assert not (out / "with_failures" / "replicas").exists()  # no replica was started
+    assert "Traceback" not in result.stdout
+
+
+def test_device_check_names_the_extensions_build_and_the_missing_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    from torch_monarch import _platform
+
+    require_device("cpu")
+    monkeypatch.setattr(torch.version, "cuda", "12.8")  # a CUDA build of torch ...
+    real = _platform.gpu_report()
+    if real.platform == "cpu":  # ... with this CPU build of the extension: the 454 s case of issue 26
+        with pytest.raises(DeviceUnavailableError, match="torch_monarch's extension was built for 'cpu'"):
+            require_device("cuda")
+    monkeypatch.setattr(_platform, "gpu_report", lambda: type(real)(**{**vars(real), "platform": "cuda"}))
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    with pytest.raises(DeviceUnavailableError, match="torch sees no GPU on this host \\(CUDA_VISIBLE_DEVICES=''\\)"):
+        require_device("cuda")
+
+
+@pytest.mark.parametrize(
+    ("flags", "gpu", "forks"),
+    [
+        ([], True, True),
+        ([], False, False),
+        (["--start-method", "spawn"], True, False),
+        (["--preload", "json"], False, True),
+        (["--no-python"], True, False),
+    ],
+)
+def test_workers_fork_from_the_server_by_default_on_gpu_hosts(
+    flags: list[str], gpu: bool, forks: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PET_START_METHOD", raising=False)
+    monkeypatch.setattr(replica_main, "_gpus_visible", lambda: gpu)
+    assert replica_main._forks_workers(parse_args([*flags, "train.py"])) is forks

@@ -1,0 +1,77 @@
+"""TorchFT's own tests with ProcessGroupMonarch in place of Gloo, on the
+installed TorchFT generation (0.2.0 on CI's first stack, torchft-nightly on
+its second): its process-group tests, reconfigure tests (0.3 only), Manager
+integration tests (DDP healthy, recovery through a failure, multi-rank
+replicas, quorum timeout, Manager.allreduce) and LocalSGD / DiLoCo
+integration tests (recovery, streaming DiLoCo, upscale, commit failure).
+
+``GROUP_FACTORIES`` names the groups under test; a group that TorchFT's
+Manager accepts and that can be made as ``factory()`` or
+``factory(timeout=...)`` can be added there.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import pytest
+
+from torch_monarch.torchft import ProcessGroupMonarch
+from torchft_suites import adopt, GroupFactory
+
+pytestmark = [pytest.mark.timeout(240), pytest.mark.newest_stack]
+
+GROUP_FACTORIES: dict[str, GroupFactory] = {"Monarch": ProcessGroupMonarch}
+
+# (TorchFT test module, TestCase, tests taken with their parameterized
+# expansions). Left out: tests of TorchFT's other groups
+# (Baby*, NCCL, dummy, torchcomms, native Gloo), Gloo's own timeout message,
+# and tests of mocks that make no group.
+SUITES: list[tuple[str, str, list[str]]] = [
+    ("torchft.process_group_test", "ProcessGroupTest", ["test_gloo_apis", "test_functional_collectives"]),
+    ("torchft.process_group_test", "NormalGlooMultiPgTest", ["test_collective"]),
+    ("torchft.reconfigure_test", "ReconfigureTest", ["test_rendezvous", "test_torchft_process_group"]),
+    (
+        "torchft.manager_integ_test",
+        "ManagerIntegTest",
+        [
+            "test_ddp_healthy",
+            "test_ddp_recovery_0_async_quorum",
+            "test_ddp_recovery_1_sync_quorum",
+            "test_ddp_skip_init_sync",
+            "test_ddp_recovery_multi_rank",
+            "test_quorum_timeout",
+            "test_manager_allreduce",
+        ],
+    ),
+    (
+        "torchft.local_sgd_integ_test",
+        "LocalSGDIntegTest",
+        [
+            "test_local_sgd_recovery",
+            "test_diloco_healthy",
+            "test_diloco_recovery",
+            "test_streaming_diloco_recovery",
+            "test_streaming_diloco_upscale",
+            "test_streaming_diloco_commit_failure",
+        ],
+    ),
+]
+
+
+def _suite_classes() -> dict[str, Any]:
+    classes = {}
+    for module_name, class_name, tests in SUITES:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError:
+            continue  # reconfigure_test: TorchFT 0.3 only
+        for group, factory in GROUP_FACTORIES.items():
+            name = f"{class_name}With{group}"
+            classes[name] = adopt(getattr(module, class_name), tests, factory, name)
+    return classes
+
+
+# Module globals are what pytest collects.
+globals().update(_suite_classes())
