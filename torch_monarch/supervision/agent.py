@@ -22,7 +22,6 @@ import dataclasses
 import inspect
 import logging
 import math
-import os
 import signal
 import time
 from datetime import timedelta
