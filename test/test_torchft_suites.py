@@ -53,8 +53,15 @@ SUITES: list[tuple[str, str, list[str]]] = [
             "test_diloco_healthy",
             "test_diloco_recovery",
             "test_streaming_diloco_recovery",
-            "test_streaming_diloco_upscale",
-            "test_streaming_diloco_commit_failure",
+            # Two of the twelve cases each (1 fragment, no delay, alpha 0; 2
+            # fragments, delay 1, alpha 1): the others vary the same settings.
+            # On a loaded machine the upscale test can race (seen here: the
+            # late replica missed the others' quorum, before its group formed,
+            # and waited out TorchFT's 10 s quorum timeout).
+            "test_streaming_diloco_upscale_00",
+            "test_streaming_diloco_upscale_11",
+            "test_streaming_diloco_commit_failure_00",
+            "test_streaming_diloco_commit_failure_11",
         ],
     ),
 ]
