@@ -127,15 +127,19 @@ class SlurmCluster:
         out = self.run("sinfo", "--noheader", "--Node", "--format=%N|%t", check=False)
         return [line.split("|")[0] for line in out.splitlines() if line.endswith("|idle")]
 
-    def job_step_pids(self) -> list[int]:
-        """Processes of job steps still alive (children of a slurmstepd)."""
-        stepds = {p for p in _pids() if _comm(p).startswith("slurmstepd")}
-        return [p for p in _pids() if _ppid(p) in stepds or p in stepds]
+    def job_pids(self) -> list[int]:
+        """Processes of this cluster's jobs still alive: slurmstepd, and every process with the jobs' environment.
+
+        A job's processes inherit ``SLURM_CLUSTER_NAME``, so this finds those
+        that outlived their slurmstepd too (reparented to init).
+        """
+        marker = f"SLURM_CLUSTER_NAME={self.cluster_name}".encode()
+        return [p for p in _pids() if _comm(p).startswith("slurmstepd") or marker in _environ(p).split(b"\0")]
 
     def cancel_all(self, timeout: float = 60) -> None:
         if self.active_jobs():
             self.run("scancel", "--full", "--user=root", check=False)
-            _wait(lambda: not self.active_jobs() and not self.job_step_pids(), timeout, "cancelled jobs to end")
+            _wait(lambda: not self.active_jobs() and not self.job_pids(), timeout, "cancelled jobs to end")
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -298,7 +302,7 @@ class SlurmCluster:
             if any(name == "slurmctld" and proc.poll() is None for name, proc in self._daemons):
                 self.cancel_all()
         except (RuntimeError, subprocess.TimeoutExpired):
-            leftover = self.job_step_pids()
+            leftover = self.job_pids()
         # Stop in reverse order of start: slurmd, slurmctld, slurmdbd, mariadbd, munged.
         for name, proc in reversed(self._daemons):
             if proc.poll() is None:
@@ -332,11 +336,11 @@ def _comm(pid: int) -> str:
         return ""
 
 
-def _ppid(pid: int) -> int:
+def _environ(pid: int) -> bytes:
     try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return -1
+        return Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return b""
 
 
 def node_names() -> list[str]:
@@ -381,3 +385,4 @@ if __name__ == "__main__":
         pass
     finally:
         up.stop()
+        shutil.rmtree(up.root, ignore_errors=True)
