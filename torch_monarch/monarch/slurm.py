@@ -27,14 +27,12 @@ from monarch._rust_bindings.monarch_hyperactor.channel import ChannelTransport
 from monarch._rust_bindings.monarch_hyperactor.config import configure
 from monarch.job import SlurmJob
 
+from torch_monarch.monarch.hosts import HOSTS_MESH
 from torch_monarch.supervision.scheduler.slurm import wait_ended
 
-__all__ = ["HOSTS_MESH", "SlurmAllocation", "SlurmHosts", "slurm_job"]
+__all__ = ["SlurmAllocation", "SlurmHosts", "slurm_job"]
 
 logger: logging.Logger = logging.getLogger(__name__)
-
-#: the allocation's one host mesh
-HOSTS_MESH = "hosts"
 
 # --scheduler-cfg keys with a SlurmJob argument of their own; any other key is passed to sbatch as --key=value.
 _ARGUMENTS = {"partition": "partition", "time": "time_limit", "account": "account", "qos": "qos", "mem": "mem"}
