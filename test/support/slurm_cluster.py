@@ -5,18 +5,22 @@ all bound to loopback (or to a Unix socket):
 
 * ``munged``: authentication, on a socket in the cluster's directory;
 * ``mariadbd`` (``--skip-networking``, Unix socket only) and ``slurmdbd``:
-  job accounting, which ``sacct`` (and so TorchX's SLURM status) reads;
+  job accounting, which ``sacct`` reads (TorchX's SLURM status, and the
+  tests' checks of what became of each job);
 * ``slurmctld`` and one ``slurmd`` per node.
 
 Several nodes on one machine: Debian's SLURM 22.05 is built with
 ``--enable-multiple-slurmd``, so each node is a ``slurmd -N name`` with its
 own ``Port=`` on 127.0.0.1 (see :func:`_multiple_slurmd`); with a build that
-is not, the cluster has one node. Nodes declare their CPUs and memory
-(``SlurmdParameters=config_overrides``) rather than this machine's: each
-holds one replica agent.
+is not, the cluster has one node. (slurmd in network namespaces of their own
+would work with any build, but needs veth pairs and routes the test would
+have to set up and tear down; not needed here.) The first node is named
+after this machine, the others ``node2``, ``node3``. Nodes declare their
+CPUs and memory (``SlurmdParameters=config_overrides``) rather than this
+machine's: each holds one replica agent.
 
 ``stop`` cancels every job, then stops the daemons (SIGTERM, then SIGKILL
-of their sessions) and checks that no job step process is left.
+of their sessions); the fixture fails if a job process had to be killed.
 
 Run ``python test/support/slurm_cluster.py`` to bring one up by hand (until Ctrl-C).
 """
@@ -39,7 +43,7 @@ import pytest
 
 __all__ = ["SlurmCluster", "slurm_cluster", "unavailable_reason"]
 
-DAEMONS = ("munged", "mungekey", "mariadbd", "mariadb-install-db", "slurmdbd", "slurmctld", "slurmd")
+DAEMONS = ("munged", "mariadbd", "mariadb-install-db", "slurmdbd", "slurmctld", "slurmd")
 CLIENTS = ("sbatch", "squeue", "sacct", "scancel", "sinfo", "sacctmgr", "scontrol")
 PACKAGES = "slurm-wlm slurmctld slurmd slurmdbd munge mariadb-server"
 # One replica agent per node (a ReplicaSpec asks for 2 CPUs and 4 GiB by default), so a
