@@ -13,7 +13,10 @@ from typing import Any, Optional
 
 from monarch.actor import this_host
 
-__all__ = ["host_for"]
+__all__ = ["HOSTS_MESH", "host_for"]
+
+#: the name of an allocation's one host mesh (SLURM, Kubernetes)
+HOSTS_MESH = "hosts"
 
 
 def host_for(hosts: Optional[Any], index: int) -> Any:

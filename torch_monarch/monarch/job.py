@@ -87,16 +87,22 @@ class MonarchJob(Job):
         self.started_at = time.monotonic()
 
     def _allocate(self) -> Any:
-        """The hosts of ``--scheduler``: an allocation's HostMesh (SLURM), or None for this host."""
-        if self.args.scheduler == "local":
+        """The hosts of ``--scheduler``: an allocation's HostMesh (SLURM, Kubernetes), or None for this host."""
+        scheduler, cfg = self.args.scheduler, _scheduler_cfg(self.args.scheduler_cfg)
+        if scheduler == "local":
             return None
-        if self.args.scheduler != "slurm":
-            raise SystemExit(f"monarch-run: --orchestrator monarch runs on this host or on SLURM, not on {self.args.scheduler!r}")
-        from torch_monarch.monarch.slurm import SlurmHosts
+        if scheduler == "slurm":
+            from torch_monarch.monarch.slurm import SlurmHosts
 
-        self._allocation = SlurmHosts(_nnodes(self.args), _scheduler_cfg(self.args.scheduler_cfg), str(self.run_dir.root), sys.executable)
+            self._allocation = SlurmHosts(_nnodes(self.args), cfg, str(self.run_dir.root), sys.executable)
+        elif scheduler == "kubernetes":
+            from torch_monarch.monarch.kubernetes import KubernetesHosts
+
+            self._allocation = KubernetesHosts(_nnodes(self.args), cfg, self.args.image)
+        else:
+            raise SystemExit(f"monarch-run: --orchestrator monarch runs on local, slurm or kubernetes, not {scheduler!r}")
         hosts = self._allocation.start()
-        self.run_dir.event("allocation_started", scheduler="slurm", job_id=self._allocation.job_id)
+        self.run_dir.event("allocation_started", scheduler=scheduler, job_id=self._allocation.job_id)
         return hosts
 
     def poll(self) -> bool:
