@@ -4,7 +4,8 @@ A ``CollectiveOp`` knows how to allocate its buffers for a message size, how
 to start the op on a group, and how nccl-tests turn algorithm bandwidth into
 bus bandwidth. The size of a measurement is the full buffer, as nccl-tests
 report it: the allreduce/broadcast tensor, the all_gather output, the
-reduce_scatter input, the all_to_all input (each rank's whole buffer).
+reduce_scatter input, the all_to_all input (each rank's whole buffer), the
+root's buffer of a reduce, gather or scatter.
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ class CollectiveOp:
     bus_factor: Callable[[int], float]
     # Whether the op's output is written in place into ``input``.
     in_place: bool = False
+    # Whether only the root (rank 0) has a defined output (reduce).
+    output_on_root_only: bool = False
 
     def buffers(self, numel: int, world_size: int, dtype: torch.dtype, device: torch.device, fill: str) -> Buffers:
         """Buffers for a full-buffer ``numel``; ``fill`` is "zeros" or "random"."""
@@ -58,7 +61,8 @@ class CollectiveOp:
         else:
             # Small integers: any reduction order gives bit-identical sums.
             inp = torch.randint(-8, 8, (in_numel,), device=device).to(dtype)
-        out = inp if self.in_place else torch.empty(out_numel, dtype=dtype, device=device)
+        # Zeros, not empty: a rank that is not a gather's root leaves it as it is.
+        out = inp if self.in_place else torch.zeros(out_numel, dtype=dtype, device=device)
         return Buffers(input=inp, output=out)
 
 
@@ -71,6 +75,20 @@ def element_count(size_bytes: int, dtype: torch.dtype, world_size: int) -> int:
 
 def _ring_factor(world_size: int) -> float:
     return (world_size - 1) / world_size
+
+
+def _is_root(group: Any) -> bool:
+    return dist.get_rank(group) == 0
+
+
+def _gather(b: Buffers, group: Any) -> Any:
+    outputs = list(b.output.chunk(dist.get_world_size(group))) if _is_root(group) else None
+    return dist.gather(b.input, gather_list=outputs, dst=0, group=group, async_op=True)
+
+
+def _scatter(b: Buffers, group: Any) -> Any:
+    inputs = list(b.input.chunk(dist.get_world_size(group))) if _is_root(group) else None
+    return dist.scatter(b.output, scatter_list=inputs, src=0, group=group, async_op=True)
 
 
 OPS: dict[str, CollectiveOp] = {
@@ -102,6 +120,28 @@ OPS: dict[str, CollectiveOp] = {
             start=lambda b, group: dist.broadcast(b.input, src=0, group=group, async_op=True),
             bus_factor=lambda n: 1.0,
             in_place=True,
+        ),
+        # The rooted ops besides broadcast; the size is the root's whole
+        # buffer, busbw as for all_gather (gather, scatter) and broadcast.
+        CollectiveOp(
+            name="reduce",
+            shapes=lambda numel, n: (numel, numel),
+            start=lambda b, group: dist.reduce(b.input, dst=0, group=group, async_op=True),
+            bus_factor=lambda n: 1.0,
+            in_place=True,
+            output_on_root_only=True,
+        ),
+        CollectiveOp(
+            name="gather",
+            shapes=lambda numel, n: (numel // n, numel),
+            start=_gather,
+            bus_factor=_ring_factor,
+        ),
+        CollectiveOp(
+            name="scatter",
+            shapes=lambda numel, n: (numel, numel // n),
+            start=_scatter,
+            bus_factor=_ring_factor,
         ),
         CollectiveOp(
             name="all_to_all",

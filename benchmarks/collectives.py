@@ -27,16 +27,25 @@ measurement lasts about ``--target-ms`` (the same count for both), then run
 ``--rounds`` rounds, each timing monarch and the peer back to back (the order
 alternates between rounds). A measurement is ``time.perf_counter`` around N
 back-to-back async ops and their waits, maximised over the ranks; the table
-reports the median over rounds. The host's memcpy bandwidth (``copy_`` of a
-buffer of the largest size, at least 64 MiB so it measures DRAM, median of
-several) is measured in the same run as the physical limit.
+reports the median over rounds.
+
+The physical limit is memory bandwidth. Every rank measures its memcpy rate
+at once (``copy_`` of a buffer of the largest size, at least 64 MiB so it
+measures DRAM, with the rank's torch threads, median of several), counting
+bytes read plus bytes written; the table uses the median over ranks. The
+memory model (``MEMORY_MODEL``; benchmarks/RESULTS.md) gives the bytes each
+rank must read and write for an op when ranks are processes on one host whose
+data reaches a peer only through a copy into shared memory; model bytes /
+memcpy rate is the fastest the op can be, and "of bound" is that time over
+the measured time. ``--torch-threads 1`` runs every rank with one torch
+thread, as torchrun does; the default gives each rank its share of the CPUs.
 
 Columns follow nccl-tests: size is the full buffer (the allreduce/broadcast
 tensor, the all_gather output, the reduce_scatter input, each rank's
 all_to_all buffer); algbw = size / time; busbw = algbw * 2(n-1)/n for
 allreduce, * (n-1)/n for all_gather, reduce_scatter and all_to_all, * 1 for
 broadcast. "speedup" is peer time / monarch time (> 1: monarch is faster);
-"of memcpy" is monarch busbw / memcpy bandwidth. The table goes to stdout,
+"of bound" is the memory model's time over monarch's. The table goes to stdout,
 followed by one line ``JSON {...}`` with every row; progress goes to stderr.
 """
 
@@ -56,7 +65,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from _harness import WorkerContext, run_workers_ok
 from _ops import OPS, element_count
-from _timing import max_across_ranks, time_ops
+from _timing import time_ops
 
 __all__ = ["BenchConfig", "Row", "main"]
 
@@ -68,6 +77,38 @@ DEFAULT_SIZES = [4 * KIB * 4**i for i in range(9)]  # 4K .. 256M, powers of 4
 QUICK_SIZES = [4 * KIB, 64 * KIB, 1 * MIB, 16 * MIB]
 MEMCPY_MIN_BYTES = 64 * MIB
 MONARCH = "monarch"
+
+
+# Bytes each rank must read plus write for an op on a full buffer of ``s``
+# bytes among ``n`` ranks of one host (processes, so a byte reaches a peer
+# only through a copy into shared memory). The least any algorithm moves:
+#   allreduce      publish the n-1 blocks others reduce (2s(n-1)/n), reduce
+#                  its block from its input and n-1 copies (read s), write
+#                  the result to shared memory and to its output (2s/n),
+#                  copy the n-1 other results out (2s(n-1)/n): s(5 - 2/n)
+#   reduce_scatter publish (2s(n-1)/n), reduce into the output (read s,
+#                  write s/n): s(3 - 1/n)
+#   all_gather     read its block once, write it to shared memory and its
+#                  output (3s/n), copy the n-1 others out (2s(n-1)/n): s(2 + 1/n)
+#   broadcast      the root copies in, every other rank copies out: 2s
+#   all_to_all     publish the n-1 blocks for peers and copy theirs and its
+#                  own out: 2s(n-1)/n + 2s
+#   reduce         the root: a reduce_scatter, then the n-1 other reduced
+#                  blocks copied in: s(3 - 1/n) + 2s(n-1)/n
+#   gather         the root copies n blocks in: 2s
+#   scatter        the root copies n blocks out: 2s
+MEMORY_MODEL: dict[str, Callable[[float, int], float]] = {
+    "allreduce": lambda s, n: s * (5 - 2 / n),
+    "reduce_scatter": lambda s, n: s * (3 - 1 / n),
+    "all_gather": lambda s, n: s * (2 + 1 / n),
+    "broadcast": lambda s, n: 2 * s,
+    "all_to_all": lambda s, n: 2 * s * (n - 1) / n + 2 * s,
+    "reduce": lambda s, n: s * (3 - 1 / n) + 2 * s * (n - 1) / n,
+    "gather": lambda s, n: 2 * s,
+    "scatter": lambda s, n: 2 * s,
+}
+# What a run measures unless --ops says otherwise.
+DEFAULT_OPS = ["allreduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all"]
 
 
 @dataclass(frozen=True)
@@ -114,6 +155,8 @@ class BenchConfig:
     max_iters: int
     target_ms: float
     check_bytes: int
+    # Torch threads per rank; 0: the host's CPUs divided among the ranks.
+    torch_threads: int = 0
     monarch_env: dict[str, str] = field(default_factory=dict)
     # The backend compared against; empty: the device's (gloo, nccl).
     peer: str = ""
@@ -130,7 +173,8 @@ class Row:
     busbw_gbps: float
     peer_busbw_gbps: float
     speedup: float
-    of_memcpy: float
+    # The memory model's time for this op over monarch's (1: at the bound).
+    of_bound: float
     monarch_rounds_us: list[float]
     peer_rounds_us: list[float]
 
@@ -142,6 +186,7 @@ class Report:
     world_size: int
     dtype: str
     memcpy_bytes: int
+    # Read plus write GB/s of one rank's copy_, all ranks copying at once.
     memcpy_gbps: float
     torch_threads: int
     check: str
@@ -179,7 +224,7 @@ def _worker(ctx: WorkerContext, config: BenchConfig) -> Optional[dict[str, Any]]
     import torch_monarch  # noqa: F401 - registers "monarch"
 
     spec = DEVICES[config.device]
-    threads = max(1, (os.cpu_count() or 1) // config.world_size)
+    threads = config.torch_threads or max(1, (os.cpu_count() or 1) // config.world_size)
     torch.set_num_threads(threads)
     spec.setup(ctx.rank)
     timeout = timedelta(seconds=300)
@@ -200,10 +245,13 @@ def _worker(ctx: WorkerContext, config: BenchConfig) -> Optional[dict[str, Any]]
         device=torch.device(config.device),
     )
 
-    # Rank 0 measures alone while the others wait; then everyone knows it.
+    # Every rank at once, as they run the ops; the median rank's rate.
     memcpy_bytes = max(max(config.sizes), MEMCPY_MIN_BYTES)
-    local_gbps = _memcpy_bandwidth(memcpy_bytes, session.device, spec.sync) if ctx.rank == 0 else 0.0
-    session.memcpy_gbps = max_across_ranks(local_gbps, session.control)
+    dist.barrier(group=session.control)
+    local = torch.tensor([_memcpy_bandwidth(memcpy_bytes, session.device, spec.sync)], dtype=torch.float64)
+    rates = [torch.zeros_like(local) for _ in range(ctx.world_size)]
+    dist.all_gather(rates, local, group=session.control)
+    session.memcpy_gbps = statistics.median(float(rate.item()) for rate in rates)
 
     check = "skipped"
     if config.check_bytes > 0:
@@ -234,7 +282,7 @@ def _worker(ctx: WorkerContext, config: BenchConfig) -> Optional[dict[str, Any]]
 
 
 def _memcpy_bandwidth(nbytes: int, device: Any, sync: Callable[[], None], reps: int = 7) -> float:
-    """GB/s of ``dst.copy_(src)`` for ``nbytes`` buffers, median of ``reps``."""
+    """Read plus write GB/s of ``dst.copy_(src)`` for ``nbytes`` buffers, median of ``reps``."""
     import torch
 
     src = torch.ones(nbytes, dtype=torch.uint8, device=device)
@@ -247,7 +295,7 @@ def _memcpy_bandwidth(nbytes: int, device: Any, sync: Callable[[], None], reps: 
         dst.copy_(src)
         sync()
         times.append(time.perf_counter() - start)
-    return nbytes / statistics.median(times) / 1e9
+    return 2 * nbytes / statistics.median(times) / 1e9
 
 
 def _check_ops(session: _Session) -> str:
@@ -270,6 +318,8 @@ def _check_ops(session: _Session) -> str:
             session.spec.sync()
             outputs[backend] = buffers.output
         got, want = outputs[MONARCH], outputs[session.peer]
+        if op.output_on_root_only and session.rank != 0:
+            continue
         if not torch.equal(got, want):
             wrong = got != want
             raise AssertionError(
@@ -309,6 +359,7 @@ def _measure(session: _Session, op_name: str, size: int) -> Row:
     peer_s = statistics.median(samples[peer])
     factor = op.bus_factor(config.world_size)
     algbw = nbytes / monarch_s / 1e9
+    bound_s = MEMORY_MODEL[op_name](nbytes, config.world_size) / (session.memcpy_gbps * 1e9)
     return Row(
         op=op_name,
         size_bytes=nbytes,
@@ -319,7 +370,7 @@ def _measure(session: _Session, op_name: str, size: int) -> Row:
         busbw_gbps=algbw * factor,
         peer_busbw_gbps=nbytes / peer_s / 1e9 * factor,
         speedup=peer_s / monarch_s,
-        of_memcpy=algbw * factor / session.memcpy_gbps,
+        of_bound=bound_s / monarch_s,
         monarch_rounds_us=[round(t * 1e6, 2) for t in samples[MONARCH]],
         peer_rounds_us=[round(t * 1e6, 2) for t in samples[peer]],
     )
@@ -340,7 +391,7 @@ def _format_size(nbytes: int) -> str:
     return f"{nbytes}B"
 
 
-_COLUMNS = ("op", "size", "monarch us", "{peer} us", "algbw GB/s", "busbw GB/s", "speedup", "of memcpy")
+_COLUMNS = ("op", "size", "monarch us", "{peer} us", "algbw GB/s", "busbw GB/s", "speedup", "of bound")
 _WIDTHS = (15, 6, 12, 12, 11, 11, 8, 10)
 
 
@@ -358,7 +409,7 @@ def _format_row(row: Row, peer: str) -> str:
         f"{row.algbw_gbps:.3f}",
         f"{row.busbw_gbps:.3f}",
         f"{row.speedup:.2f}x",
-        f"{row.of_memcpy * 100:.1f}%",
+        f"{row.of_bound * 100:.1f}%",
     ]
     return "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, _WIDTHS)))
 
@@ -369,10 +420,11 @@ def format_report(report: Report, config: BenchConfig) -> str:
         f"# collectives: device={report.device} world_size={report.world_size} dtype={report.dtype} "
         f"peer={report.peer} torch_threads/rank={report.torch_threads} host_cpus={os.cpu_count()} "
         f"monarch_env={env}",
-        f"# memcpy limit: {report.memcpy_gbps:.2f} GB/s (copy_ of {_format_size(report.memcpy_bytes)}, median)",
+        f"# memcpy per rank, all ranks at once: {report.memcpy_gbps:.2f} GB/s read+write "
+        f"(copy_ of {_format_size(report.memcpy_bytes)} at {report.torch_threads} thread(s), median)",
         f"# correctness check: {report.check}",
         f"# speedup = {report.peer} time / monarch time (> 1: monarch faster); "
-        f"of memcpy = monarch busbw / memcpy limit",
+        f"of bound = memory-model time / monarch time",
         _format_header(report.peer),
     ]
     lines += [_format_row(row, report.peer) for row in report.rows]
@@ -463,7 +515,9 @@ def _build_parser() -> argparse.ArgumentParser:
         help="backend to compare against (default: gloo on cpu, nccl on cuda; gloo on cuda measures "
         "ProcessGroupGloo's CUDA-tensor path, for ranks sharing a GPU, which NCCL refuses)",
     )
-    parser.add_argument("--ops", type=_parse_ops, default=list(OPS), help=f"comma list of {','.join(OPS)}")
+    parser.add_argument(
+        "--ops", type=_parse_ops, default=DEFAULT_OPS, help=f"comma list of {','.join(OPS)} (default: {','.join(DEFAULT_OPS)})"
+    )
     parser.add_argument("--sizes", type=_parse_sizes, default=None, help="comma list, e.g. 4K,64K,1M (bytes, binary)")
     parser.add_argument("--dtype", choices=["float32", "float64", "bfloat16", "float16", "int32"], default="float32")
     parser.add_argument("--quick", action="store_true", help="about a minute: 4K,64K,1M,16M and fewer rounds")
@@ -472,6 +526,12 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--min-iters", type=int, default=2)
     parser.add_argument("--max-iters", type=int, default=200)
     parser.add_argument("--target-ms", type=float, default=None, help="aimed duration of one measurement")
+    parser.add_argument(
+        "--torch-threads",
+        type=int,
+        default=0,
+        help="torch threads per rank (1: as torchrun starts ranks); default: host CPUs / world size",
+    )
     parser.add_argument("--check-size", type=_parse_byte_count, default=4 * MIB, help="correctness check size; 0 skips")
     parser.add_argument(
         "--monarch-env",
@@ -522,6 +582,7 @@ def _config_from_args(args: argparse.Namespace) -> BenchConfig:
         max_iters=args.max_iters,
         target_ms=args.target_ms or (25.0 if args.quick else 100.0),
         check_bytes=args.check_size,
+        torch_threads=args.torch_threads,
         monarch_env={**_transport_env(args.transport, args.rdma_provider), **dict(args.monarch_env)},
         peer=args.peer or "",
     )

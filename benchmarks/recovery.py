@@ -56,6 +56,7 @@ os.environ.setdefault("RUST_LOG", "warn")
 from torch_monarch.demo.analysis import FailureRecord, analyse_failures, eval_final_params, load_run, missed_syncs
 from torch_monarch.demo.config import DemoConfig
 from torch_monarch.demo.data import MarkovData
+from torch_monarch.demo.device import DeviceUnavailableError, require_device
 from torch_monarch.demo.goodput import goodput
 from torch_monarch.demo.model import TinyLM
 from torch_monarch.demo.runner import PhaseResult, PhaseSpec, run_phase
@@ -256,6 +257,11 @@ def main(argv: Optional[list[str]] = None) -> int:
         help="monarch: also run the monarch-actors setup (real Monarch actors orchestrate)",
     )
     args = p.parse_args(argv)
+    try:
+        require_device(args.device)  # before any phase: one error naming the missing build or device
+    except DeviceUnavailableError as e:
+        print(f"recovery: {e}", file=sys.stderr)
+        return 2
     if args.orchestrator == "monarch" and "monarch-actors" not in args.setups.split(","):
         args.setups += ",monarch-actors"
     pairs = [(s, y) for s in args.setups.split(",") if s for y in args.syncs.split(",") if y]

@@ -10,7 +10,7 @@ import pytest
 
 from commands import run_bounded
 
-pytestmark = pytest.mark.timeout(420)
+pytestmark = [pytest.mark.timeout(420), pytest.mark.newest_stack]
 
 
 def test_demo_smoke(tmp_path: Path, repo_env: dict[str, str]) -> None:

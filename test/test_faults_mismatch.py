@@ -1,5 +1,6 @@
-"""A size mismatch in a fault-injection setting (test_mismatch.py covers the
-kinds of mismatch): every rank raises CollectiveMismatchError well before the
+"""A size mismatch in a fault-injection setting, in the allreduce and every
+rooted op (test_mismatch.py covers the kinds of mismatch): every rank,
+a rooted op's pure senders included, raises CollectiveMismatchError well before the
 op timeout, naming ranks, both sizes and the sequence number; the group stays broken and
 says so; a new group over the same ranks works; nothing leaks."""
 
@@ -24,14 +25,35 @@ MISMATCH_BOUND_S = 2.0
 ODD_RANK = 0
 
 
-def mismatch_worker(ctx: WorkerContext, count: int) -> dict[str, Any]:
+ROOT = 1
+
+
+def _call(op: str, tensor: torch.Tensor, rank: int, group: Any) -> None:
+    """``op`` on ``tensor`` at this rank; the rooted ops name rank ROOT."""
+    if op == "all_reduce":
+        dist.all_reduce(tensor, group=group)
+    elif op == "broadcast":
+        dist.broadcast(tensor, src=ROOT, group=group)
+    elif op == "reduce":
+        dist.reduce(tensor, dst=ROOT, group=group)
+    elif op == "gather":
+        outputs = [torch.empty_like(tensor) for _ in range(group.size())] if rank == ROOT else None
+        dist.gather(tensor, gather_list=outputs, dst=ROOT, group=group)
+    elif op == "scatter":
+        inputs = [tensor.clone() for _ in range(group.size())] if rank == ROOT else None
+        dist.scatter(tensor, scatter_list=inputs, src=ROOT, group=group)
+    else:
+        raise ValueError(op)
+
+
+def mismatch_worker(ctx: WorkerContext, op: str, count: int) -> dict[str, Any]:
     baseline = settled_baseline()
     ctx.init("monarch", timeout=timedelta(seconds=60))
     group = dist.new_group(backend="monarch", timeout=GROUP_TIMEOUT)
     run_op("all_reduce", 0, group)
     mine = count + (1 if ctx.rank == ODD_RANK else 0)
     tensor = torch.full((mine,), float(ctx.rank + 1))
-    outcome = attempt(lambda: dist.all_reduce(tensor, group=group))
+    outcome = attempt(lambda: _call(op, tensor, ctx.rank, group))
     problems: list[str] = []
     if not outcome.is_a("CollectiveMismatchError") or outcome.elapsed_s > MISMATCH_BOUND_S:
         problems.append(f"expected CollectiveMismatchError within {MISMATCH_BOUND_S} s, {outcome.describe()}")
@@ -57,8 +79,11 @@ def mismatch_worker(ctx: WorkerContext, count: int) -> dict[str, Any]:
     return {"outcome": outcome.describe(), "problems": problems}
 
 
-@pytest.mark.parametrize("count", [10, 300_000], ids=["small", "ring"])
-def test_size_mismatch(count: int) -> None:
-    reports = assert_no_problems(run_workers(mismatch_worker, 3, count, timeout=120))
+@pytest.mark.parametrize("count", [10, 300_000], ids=["small", "large"])
+@pytest.mark.parametrize("op", ["all_reduce", "broadcast", "reduce", "gather", "scatter"])
+def test_size_mismatch(op: str, count: int) -> None:
+    """In the rooted ops the odd rank is a pure sender (gather, reduce) or
+    receiver (broadcast, scatter), and the root one of the agreeing ranks."""
+    reports = assert_no_problems(run_workers(mismatch_worker, 3, op, count, timeout=120))
     for rank, report in enumerate(reports):
         logger.info("rank %d: %s", rank, report["outcome"])

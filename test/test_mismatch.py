@@ -80,6 +80,55 @@ def _reduce_scatter(rank: int, group: dist.ProcessGroup) -> Result:
     return output
 
 
+def _reduce(rank: int, group: dist.ProcessGroup, tensor: torch.Tensor, root: int) -> Result:
+    dist.reduce(tensor, dst=root, group=group)
+    return tensor
+
+
+def _gather(rank: int, group: dist.ProcessGroup, tensor: torch.Tensor, root: int) -> Result:
+    outputs = [torch.empty_like(tensor) for _ in range(group.size())] if rank == root else None
+    dist.gather(tensor, gather_list=outputs, dst=root, group=group)
+    return tensor
+
+
+def _scatter(rank: int, group: dist.ProcessGroup, tensor: torch.Tensor, root: int) -> Result:
+    inputs = [tensor.clone() for _ in range(group.size())] if rank == root else None
+    dist.scatter(tensor, scatter_list=inputs, src=root, group=group)
+    return tensor
+
+
+# The rooted ops, each with a root argument (group rank 0 is global rank 0).
+ROOTED: dict[str, Callable[[int, dist.ProcessGroup, torch.Tensor, int], Result]] = {
+    "broadcast": _broadcast,
+    "reduce": _reduce,
+    "gather": _gather,
+    "scatter": _scatter,
+}
+
+
+def _rooted_cases() -> dict[str, Callable[[int, dist.ProcessGroup], Result]]:
+    """Every rooted op with ranks disagreeing on the root (rank 0 the root in
+    its own view, so a pure sender or receiver, then the others naming rank
+    0), on the size and on the dtype; small (trees, direct) and 1.2 MB (on
+    one host, shared memory where the op has it)."""
+    cases: dict[str, Callable[[int, dist.ProcessGroup], Result]] = {}
+    for name, op in ROOTED.items():
+        for label, numel in (("", 10), ("_large", 300_000)):
+            cases[f"{name}_root{label}"] = lambda rank, g, op=op, numel=numel: op(
+                rank, g, _mine(rank, numel), 0 if rank == 0 else 1
+            )
+            cases[f"{name}_root_other{label}"] = lambda rank, g, op=op, numel=numel: op(
+                rank, g, _mine(rank, numel), 1 if rank == 0 else 0
+            )
+            cases[f"{name}_size{label}"] = lambda rank, g, op=op, numel=numel: op(
+                rank, g, _mine(rank, numel + (rank == 0)), 0
+            )
+            cases[f"{name}_dtype{label}"] = lambda rank, g, op=op, numel=numel: op(
+                rank, g, _mine(rank, numel, torch.float32 if rank == 0 else torch.int32), 1
+            )
+    return cases
+
+
 # Each case: the op rank `rank` calls at the group's first sequence number.
 # Rank 0 disagrees with the others, who agree among themselves.
 CASES: dict[str, Callable[[int, dist.ProcessGroup], Result]] = {
@@ -100,6 +149,7 @@ CASES: dict[str, Callable[[int, dist.ProcessGroup], Result]] = {
     # 100 KB: past the small-message tree, below shared memory (the chain).
     "broadcast_root_chain": lambda rank, g: _broadcast(rank, g, _mine(rank, 25_000), 0 if rank == 0 else 1),
     "allgather_vs_reduce_scatter": lambda rank, g: _all_gather(rank, g) if rank == 0 else _reduce_scatter(rank, g),
+    **_rooted_cases(),
 }
 
 
@@ -128,8 +178,8 @@ def _assert_mismatch_error(outcome: Outcome, where: str) -> None:
 
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_mismatch_raises_on_every_rank(world_size: int) -> None:
-    """Every rank raises the mismatch from the mismatched op itself, a
-    broadcast's root (which only sends) and the ranks that named another root
+    """Every rank raises the mismatch from the mismatched op itself, the
+    ranks of a rooted op that only send and the ranks that named another root
     included, and the group's next op fails too."""
     names = list(CASES)
     per_rank = run_workers_ok(mismatch_worker, world_size, names, timeout=240)

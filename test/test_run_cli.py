@@ -72,6 +72,7 @@ def test_plain_torchrun_runs_a_supervised_monarch_script() -> None:
     assert "rank 1 attempt 0 done" in result.stdout
 
 
+@pytest.mark.newest_stack
 def test_two_replicas_recover_from_an_injected_kill(tmp_path: Path) -> None:
     result = monarch_run(
         "--replicas", "2", "--nproc-per-node", "1", "--min-replicas", "1", "--status", "log",

@@ -54,3 +54,37 @@ def test_kubernetes_volcano_job() -> None:
     env = {e.name: e.value for e in container.env}
     assert env["MONARCH_REPLICA_ID"] == "2" and env["REPLICA_GROUP_ID"] == "2"
     assert container.resources.limits["cpu"] == "8000m"
+
+
+def _as_model(data: object, model: str) -> object:
+    """``data`` (what goes to the API server) parsed as the Kubernetes client's ``model``, with its validation."""
+    import json
+
+    from kubernetes.client import ApiClient
+
+    class _Response:
+        def __init__(self, body: object) -> None:
+            self.data = json.dumps(body)
+
+    return ApiClient().deserialize(_Response(data), model)
+
+
+def test_kubernetes_pod_templates_are_valid_kubernetes_models() -> None:
+    pytest.importorskip("kubernetes")
+    from kubernetes.client import ApiClient, V1PodTemplateSpec
+
+    spec = ReplicaSpec(**{**SPEC.__dict__, "nnodes": 2})
+    resource = TorchXScheduler("kubernetes", {"queue": "default"}).dryrun_info(spec).request.resource
+    wire = ApiClient().sanitize_for_serialization(resource)  # the JSON the API server receives
+    for task in wire["spec"]["tasks"]:
+        template = _as_model(task["template"], "V1PodTemplateSpec")
+        assert isinstance(template, V1PodTemplateSpec)
+        (container,) = template.spec.containers
+        assert container.command[:3] == ["python", "-m", "torch_monarch.run"]
+        assert container.resources.limits["memory"] == "16384M" and container.resources.requests["cpu"]
+        assert template.spec.restart_policy == "Never"  # a failed replica is the orchestrator's to replace
+    # A template missing what Kubernetes requires does not pass the client's validation.
+    broken = dict(wire["spec"]["tasks"][0]["template"])
+    broken["spec"] = {**broken["spec"], "containers": [{"image": "x"}]}  # no container name
+    with pytest.raises(ValueError, match="name"):
+        _as_model(broken, "V1PodTemplateSpec")

@@ -22,6 +22,10 @@ large collectives through a segment per rank that every rank maps.
 - An allreduce's tiles are reduced by whichever thread of whichever rank
   claims them, always in rank order: every rank and every repeat gets the
   same float32 bits.
+- Reduce-scatter and allgather over many rounds of small slots, two threads
+  per rank, blocks of an odd length, back to back with other ops: right
+  results, and reduce_scatter_tensor leaves its input as it was (it reads
+  the input where it lies).
 
 The collective suites (test_reductions.py, test_data_movement.py) cover
 every collective, dtype and op through shared memory (transport "shm").
@@ -133,6 +137,42 @@ def test_allreduce_sums_in_rank_order_whoever_reduces() -> None:
     """The same bits on every rank and every run: a tile's sum never depends
     on which rank's thread reduced it."""
     assert_all_passed(run_workers_ok(rank_order_worker, 3), min_checks=4)
+
+
+def block_rounds_worker(ctx: WorkerContext) -> tuple[int, list[str]]:
+    check = Checker(ctx.rank)
+    ctx.init("monarch")
+    n = ctx.world_size
+    # Slots of 128 KiB: a 1 MB op takes several rounds, two threads per rank.
+    options = torch_monarch.Options(threads=2, shm_segment_bytes=256 << 10)
+    group = dist.new_group(backend="monarch", pg_options=options)
+    block = (1 << 20) // 4 // n + 3
+    for repeat in range(3):
+        inputs = [rank_input(rank, n * block, torch.float32, 10 + repeat) for rank in range(n)]
+        source = inputs[ctx.rank].clone()
+        mine = torch.empty(block)
+        dist.reduce_scatter_tensor(mine, source, group=group)
+        expected = reference_reduce(inputs, "SUM").view(n, block)[ctx.rank]
+        check.close(f"reduce_scatter_tensor {repeat}", mine, expected)
+        check.true(f"reduce_scatter_tensor {repeat} left its input alone", torch.equal(source, inputs[ctx.rank]))
+
+        averaged = torch.empty(block)
+        dist.reduce_scatter(averaged, list(source.chunk(n)), op=dist.ReduceOp.AVG, group=group)
+        check.close(f"reduce_scatter AVG {repeat}", averaged, expected / n)
+
+        gathered = torch.empty(n * block)
+        dist.all_gather_into_tensor(gathered, inputs[ctx.rank][:block], group=group)
+        check.close(f"all_gather_into_tensor {repeat}", gathered, torch.cat([x[:block] for x in inputs]))
+
+        tensor = inputs[ctx.rank].clone()
+        dist.all_reduce(tensor, group=group)
+        check.close(f"all_reduce between {repeat}", tensor, reference_reduce(inputs, "SUM"))
+    check.true("went through shared memory", len(mapped_segments()) >= n, str(mapped_segments()))
+    return check.report()
+
+
+def test_block_collectives_over_many_rounds() -> None:
+    assert_all_passed(run_workers_ok(block_rounds_worker, 3), min_checks=16)
 
 
 def one_allreduce_worker(ctx: WorkerContext) -> tuple[int, list[str]]:

@@ -13,7 +13,9 @@ Manager accepts and that can be made as ``factory()`` or
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 from typing import Any
+from unittest import TestCase
 
 import pytest
 
@@ -53,11 +55,35 @@ SUITES: list[tuple[str, str, list[str]]] = [
             "test_diloco_healthy",
             "test_diloco_recovery",
             "test_streaming_diloco_recovery",
-            "test_streaming_diloco_upscale",
-            "test_streaming_diloco_commit_failure",
+            # Two of the twelve cases each (1 fragment, no delay, alpha 0; 2
+            # fragments, delay 1, alpha 1): the others vary the same settings.
+            # On a loaded machine the upscale test can race (seen here: the
+            # late replica missed the others' quorum, before its group formed,
+            # and waited out TorchFT's 10 s quorum timeout).
+            "test_streaming_diloco_upscale_00",
+            "test_streaming_diloco_upscale_11",
+            "test_streaming_diloco_commit_failure_00",
+            "test_streaming_diloco_commit_failure_11",
         ],
     ),
 ]
+
+
+def _installed_torchft() -> str:
+    for distribution in ("torchft", "torchft-nightly"):
+        try:
+            return f"{distribution} {importlib.metadata.version(distribution)}"
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return "an unknown TorchFT"
+
+
+def _skipped(reason: str) -> type[TestCase]:
+    class Skipped(TestCase):
+        def test_suite(self) -> None:
+            self.skipTest(reason)
+
+    return Skipped
 
 
 def _suite_classes() -> dict[str, Any]:
@@ -65,8 +91,9 @@ def _suite_classes() -> dict[str, Any]:
     for module_name, class_name, tests in SUITES:
         try:
             module = importlib.import_module(module_name)
-        except ModuleNotFoundError:
-            continue  # reconfigure_test: TorchFT 0.3 only
+        except ModuleNotFoundError:  # reconfigure_test: TorchFT 0.3's
+            classes[class_name] = _skipped(f"{module_name} is not in {_installed_torchft()}")
+            continue
         for group, factory in GROUP_FACTORIES.items():
             name = f"{class_name}With{group}"
             classes[name] = adopt(getattr(module, class_name), tests, factory, name)

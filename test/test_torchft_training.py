@@ -21,7 +21,7 @@ from torchft.optim import OptimizerWrapper
 
 from torch_monarch.torchft import ProcessGroupMonarch
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.timeout(90), pytest.mark.newest_stack]
 
 STEPS = 4
 

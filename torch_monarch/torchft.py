@@ -178,9 +178,10 @@ class ProcessGroupMonarch(ProcessGroup):
         """TorchFT 0.3: this member's handle (JSON), naming the rendezvous store
         this process group hosts; the same across reconfigures."""
         with self._lock:
-            if self._hosted_store is None:
-                host = advertised_host()
-                self._hosted_store = TCPStore(host_name=host, port=0, is_master=True, wait_for_workers=False)
+            if self._hosted_store is None:  # binds a port; waits for no peer
+                self._hosted_store = TCPStore(
+                    host_name=advertised_host(), port=0, is_master=True, wait_for_workers=False
+                )
             store = self._hosted_store
             global_rank = self._global_rank
         return make_handle(self._id, store.host, store.port, global_rank)

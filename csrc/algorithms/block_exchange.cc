@@ -1,5 +1,7 @@
-// reduceScatter and allgather: the degenerate cases, shared memory when the
+// reduceScatter(Into) and allgather: the degenerate cases, shared memory when the
 // group has it, then direct or ring by group size (block_exchange.h).
+
+#include <cstring>
 
 #include "algorithms/block_exchange.h"
 #include "algorithms/shared_memory.h"
@@ -21,13 +23,31 @@ void reduceScatter(Links& links, void* data, const Partition& blocks, DataType t
   if (blocks.maxCount() == 0) {
     return emptyOp(links);
   }
-  if (sharedReduceScatter(links, data, blocks, type, kind, config)) {
+  char* own = static_cast<char*>(data) + blocks.offsets[links.rank()] * elementSize(type);
+  if (sharedReduceScatter(links, data, own, blocks, type, kind, config)) {
     return;
   }
   if (useDirect(links, config)) {
     return directReduceScatter(links, data, blocks, type, kind, config);
   }
   ringReduceScatter(links, data, blocks, type, kind, config);
+}
+
+void reduceScatterInto(
+    Links& links, const void* in, void* out, const Partition& blocks, DataType type, ReduceKind kind,
+    const AlgorithmConfig& config) {
+  const size_t elem = elementSize(type);
+  const char* own = static_cast<const char*>(in) + blocks.offsets[links.rank()] * elem;
+  const size_t ownBytes = blocks.counts[links.rank()] * elem;
+  if (links.size() > 1 && blocks.maxCount() > 0 && sharedReduceScatter(links, in, out, blocks, type, kind, config)) {
+    return;
+  }
+  // The link algorithms reduce in place: on a copy, in reused staging memory.
+  const size_t total = blocks.offsets.back() + blocks.counts.back();
+  auto* staged = static_cast<char*>(links.workspace(total * elem, Links::Workspace::kStaging));
+  std::memcpy(staged, in, total * elem);
+  reduceScatter(links, staged, blocks, type, kind, config);
+  std::memcpy(out, staged + (own - static_cast<const char*>(in)), ownBytes);
 }
 
 void allgather(Links& links, void* data, const Partition& blocks, size_t elementBytes, const AlgorithmConfig& config) {

@@ -51,6 +51,12 @@ void reduce(Links& links, void* data, size_t count, DataType type, ReduceKind ki
 // rank's block holds the reduction of that block over all ranks. Other
 // blocks are scratch.
 void reduceScatter(Links& links, void* data, const Partition& blocks, DataType type, ReduceKind kind, const AlgorithmConfig& config);
+// The same out of place: `in` holds every rank's block and stays as it is;
+// this rank's reduced block is written to `out`. On one host it reads `in`
+// where it lies; over the links it reduces a staged copy.
+void reduceScatterInto(
+    Links& links, const void* in, void* out, const Partition& blocks, DataType type, ReduceKind kind,
+    const AlgorithmConfig& config);
 // `data` holds this rank's block; on return it holds every rank's block.
 void allgather(Links& links, void* data, const Partition& blocks, size_t elementBytes, const AlgorithmConfig& config);
 // Root receives every rank's `bytes` into `out` (rank order); `in` is this
@@ -61,9 +67,10 @@ void scatter(Links& links, const void* in, void* out, size_t bytes, int root);
 // p's into `recvBlocks[p]` of `out`.
 void alltoall(Links& links, const void* in, const Partition& sendBlocks, void* out, const Partition& recvBlocks);
 void barrier(Links& links);
-// An op with nothing to move still exchanges empty messages (a barrier), so
-// that every peer checks this op's header: a peer that called it with data
-// would otherwise wait for this rank until its timeout.
+// An op with nothing to move still exchanges empty messages with every peer
+// (an OpAgreement, agreement.h), so that every peer checks this op's header:
+// a peer that called it with data would otherwise wait for this rank until
+// its timeout.
 void emptyOp(Links& links);
 
 } // namespace monarch

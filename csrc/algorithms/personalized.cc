@@ -1,49 +1,58 @@
 // Collectives where each pair exchanges its own data: gather, scatter,
 // alltoall. Every transfer is posted at once and the links run them in
-// parallel; barrier is a dissemination of empty messages.
+// parallel; barrier is a dissemination of empty messages. An op with
+// nothing to move exchanges its signature with every peer instead.
 
 #include <cstring>
 
+#include "algorithms/agreement.h"
 #include "algorithms/chunks.h"
 #include "algorithms/collectives.h"
 
 namespace monarch {
 
+// In gather and scatter a rank but the root talks to the root alone, and
+// one side of each pair only sends: an OpAgreement (agreement.h) makes a
+// disagreement about the root, size or dtype fail every rank in the op.
 void gather(Links& links, const void* in, void* out, size_t bytes, int root) {
   const int n = links.size();
   const int r = links.rank();
+  OpAgreement agreement(links);
   if (r != root) {
-    links.wait(links.send(root, in, bytes));
-    return;
-  }
-  auto* dest = static_cast<char*>(out);
-  for (int peer = 0; peer < n; ++peer) {
-    if (peer != r) {
-      links.recv(peer, dest + peer * bytes, bytes);
+    links.send(root, in, bytes);
+  } else {
+    auto* dest = static_cast<char*>(out);
+    for (int peer = 0; peer < n; ++peer) {
+      if (peer != r) {
+        links.recv(peer, dest + peer * bytes, bytes);
+      }
+    }
+    if (dest + r * bytes != in) {
+      std::memcpy(dest + r * bytes, in, bytes);
     }
   }
-  if (dest + r * bytes != in) {
-    std::memcpy(dest + r * bytes, in, bytes);
-  }
+  agreement.confirm();
   links.waitAll();
 }
 
 void scatter(Links& links, const void* in, void* out, size_t bytes, int root) {
   const int n = links.size();
   const int r = links.rank();
+  OpAgreement agreement(links);
   if (r != root) {
-    links.wait(links.recv(root, out, bytes));
-    return;
-  }
-  const auto* src = static_cast<const char*>(in);
-  for (int peer = 0; peer < n; ++peer) {
-    if (peer != r) {
-      links.send(peer, src + peer * bytes, bytes);
+    links.recv(root, out, bytes);
+  } else {
+    const auto* src = static_cast<const char*>(in);
+    for (int peer = 0; peer < n; ++peer) {
+      if (peer != r) {
+        links.send(peer, src + peer * bytes, bytes);
+      }
+    }
+    if (src + r * bytes != out) {
+      std::memcpy(out, src + r * bytes, bytes);
     }
   }
-  if (src + r * bytes != out) {
-    std::memcpy(out, src + r * bytes, bytes);
-  }
+  agreement.confirm();
   links.waitAll();
 }
 
@@ -68,7 +77,7 @@ void alltoall(Links& links, const void* in, const Partition& sendBlocks, void* o
 }
 
 void emptyOp(Links& links) {
-  barrier(links);
+  OpAgreement(links).confirm();
 }
 
 void barrier(Links& links) {

@@ -259,6 +259,28 @@ void reduceTile(
   }
 }
 
+// reduceAllInto and reduceAllFrom: with `first`, each tile of acc is first
+// copied from it, while the tile is brought into the cache anyway.
+void reduceTiles(
+    void* acc, const void* first, const std::vector<const void*>& inputs, size_t count, DataType type, ReduceKind kind,
+    HelperPool* helpers, void* alsoTo) {
+  const size_t elem = elementSize(type);
+  const size_t tile = kTileBytes / elem;
+  forEachSlice(count, elem, helpers, [&](size_t begin, size_t end) {
+    for (size_t from = begin; from < end; from += tile) {
+      const size_t length = std::min(tile, end - from);
+      char* target = static_cast<char*>(acc) + from * elem;
+      if (first) {
+        std::memcpy(target, static_cast<const char*>(first) + from * elem, length * elem);
+      }
+      reduceTile(target, inputs, from, length, type, kind);
+      if (alsoTo) {
+        std::memcpy(static_cast<char*>(alsoTo) + from * elem, target, length * elem);
+      }
+    }
+  });
+}
+
 } // namespace
 
 void reduceInto(void* acc, const void* in, size_t count, DataType type, ReduceKind kind) {
@@ -268,18 +290,13 @@ void reduceInto(void* acc, const void* in, size_t count, DataType type, ReduceKi
 void reduceAllInto(
     void* acc, const std::vector<const void*>& inputs, size_t count, DataType type, ReduceKind kind, HelperPool* helpers,
     void* alsoTo) {
-  const size_t elem = elementSize(type);
-  const size_t tile = kTileBytes / elem;
-  forEachSlice(count, elem, helpers, [&](size_t begin, size_t end) {
-    for (size_t from = begin; from < end; from += tile) {
-      const size_t length = std::min(tile, end - from);
-      char* target = static_cast<char*>(acc) + from * elem;
-      reduceTile(target, inputs, from, length, type, kind);
-      if (alsoTo) {
-        std::memcpy(static_cast<char*>(alsoTo) + from * elem, target, length * elem);
-      }
-    }
-  });
+  reduceTiles(acc, nullptr, inputs, count, type, kind, helpers, alsoTo);
+}
+
+void reduceAllFrom(
+    void* out, const void* first, const std::vector<const void*>& inputs, size_t count, DataType type, ReduceKind kind,
+    HelperPool* helpers) {
+  reduceTiles(out, first == out ? nullptr : first, inputs, count, type, kind, helpers, nullptr);
 }
 
 void reduceInto(void* acc, const void* in, size_t count, DataType type, ReduceKind kind, HelperPool* helpers) {

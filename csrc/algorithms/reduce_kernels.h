@@ -25,4 +25,10 @@ void reduceAllInto(
     void* acc, const std::vector<const void*>& inputs, size_t count, DataType type, ReduceKind kind, HelperPool* helpers,
     void* alsoTo = nullptr);
 
+// out = first (op) each of `inputs` in turn, tile by tile as above; `first`
+// is left as it is unless it is `out`.
+void reduceAllFrom(
+    void* out, const void* first, const std::vector<const void*>& inputs, size_t count, DataType type, ReduceKind kind,
+    HelperPool* helpers);
+
 } // namespace monarch

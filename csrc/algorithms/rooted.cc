@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "algorithms/agreement.h"
 #include "algorithms/chunks.h"
 #include "algorithms/collectives.h"
 #include "algorithms/reduce_kernels.h"
@@ -87,17 +88,16 @@ void broadcast(Links& links, void* data, size_t bytes, int root, const Algorithm
   if (sharedBroadcast(links, data, bytes, root, config)) {
     return;
   }
+  // The root only sends, and a rank that named another root may receive
+  // nothing it could check: the agreement makes a disagreement fail every
+  // rank in this op.
+  OpAgreement agreement(links);
   if (bytes <= config.smallMessageBytes) {
     binomialBroadcast(links, static_cast<char*>(data), bytes, root);
   } else {
     chainBroadcast(links, static_cast<char*>(data), bytes, root, config.chunkBytes);
   }
-  // The root only sends, and a rank that named another root may receive
-  // nothing it could check: a barrier, whose frames carry this op's header
-  // to and (transitively) from every rank, makes a disagreement fail every
-  // rank in this op rather than at its next one. (The shared-memory path
-  // starts with such a barrier.)
-  barrier(links);
+  agreement.confirm();
 }
 
 void reduce(Links& links, void* data, size_t count, DataType type, ReduceKind kind, int root, const AlgorithmConfig& config) {
@@ -108,24 +108,28 @@ void reduce(Links& links, void* data, size_t count, DataType type, ReduceKind ki
   if (count == 0) {
     return emptyOp(links);
   }
+  // Ranks but the root only send: see broadcast. (On one host the
+  // reduce-scatter below agrees once more, for its shared-memory part.)
+  OpAgreement agreement(links);
   auto* bytes = static_cast<char*>(data);
   if (count * elementSize(type) <= config.smallMessageBytes || count < static_cast<size_t>(n)) {
     binomialReduce(links, bytes, count, type, kind, root);
-    return;
+    return agreement.confirm();
   }
   Partition blocks = Partition::even(count, n);
   reduceScatter(links, bytes, blocks, type, kind, config);
   const size_t elem = elementSize(type);
   const int r = links.rank();
   if (r != root) {
-    links.wait(links.send(root, bytes + blocks.offsets[r] * elem, blocks.counts[r] * elem));
-    return;
-  }
-  for (int peer = 0; peer < n; ++peer) {
-    if (peer != root) {
-      links.recv(peer, bytes + blocks.offsets[peer] * elem, blocks.counts[peer] * elem);
+    links.send(root, bytes + blocks.offsets[r] * elem, blocks.counts[r] * elem);
+  } else {
+    for (int peer = 0; peer < n; ++peer) {
+      if (peer != root) {
+        links.recv(peer, bytes + blocks.offsets[peer] * elem, blocks.counts[peer] * elem);
+      }
     }
   }
+  agreement.confirm();
   links.waitAll();
 }
 

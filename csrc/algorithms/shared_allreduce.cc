@@ -9,6 +9,7 @@
 #include <mutex>
 #include <vector>
 
+#include "algorithms/agreement.h"
 #include "algorithms/parallel.h"
 #include "algorithms/reduce_kernels.h"
 #include "algorithms/shared_memory.h"
@@ -204,13 +205,14 @@ bool sharedAllreduce(Links& links, void* data, size_t count, DataType type, Redu
   }
   const size_t perRound = slotBytes(*regions) / elem;
   const bool streaming = count * elem >= kStreamingResultBytes;
-  barrier(links); // the op's signature, checked over the links
+  OpAgreement agreement(links);
   for (size_t begin = 0; begin < count; begin += perRound, ++regions->rounds) {
     TiledRound round(
         *regions, links.size(), links.rank(), static_cast<char*>(data) + begin * elem, std::min(perRound, count - begin),
         type, kind, streaming);
     round.run(config.helpers);
   }
+  agreement.confirm();
   return true;
 }
 

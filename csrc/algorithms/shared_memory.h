@@ -3,18 +3,22 @@
 // Collectives through memory that every rank of a one-host group maps
 // (Links::sharedRegions; the group may be one host's ranks of a larger
 // group, as in hierarchical.cc): each rank copies its data into its own
-// region once, and the peers read it from there at memory speed, with only
-// barriers going over the links. Each returns false, having done nothing,
-// when the message is smaller than config.shmMinBytes or the group
-// has no shared regions; the caller then runs its link algorithm.
+// region once, and the peers read it from there at memory speed, with no
+// data over the links. Each returns false, having done nothing, when the
+// message is smaller than config.shmMinBytes or the group has no shared
+// regions; the caller then runs its link algorithm. No data frame carries
+// the op's signature, so each checks it with an OpAgreement (agreement.h).
 
 #include "algorithms/collectives.h"
 
 namespace monarch {
 
 bool sharedAllreduce(Links& links, void* data, size_t count, DataType type, ReduceKind kind, const AlgorithmConfig& config);
+// Reads every block of `in` and writes the reduction of this rank's block
+// to `out`, which may be that block of `in` itself (shared_blocks.cc).
 bool sharedReduceScatter(
-    Links& links, void* data, const Partition& blocks, DataType type, ReduceKind kind, const AlgorithmConfig& config);
+    Links& links, const void* in, void* out, const Partition& blocks, DataType type, ReduceKind kind,
+    const AlgorithmConfig& config);
 bool sharedAllgather(Links& links, void* data, const Partition& blocks, size_t elementBytes, const AlgorithmConfig& config);
 bool sharedBroadcast(Links& links, void* data, size_t bytes, int root, const AlgorithmConfig& config);
 

@@ -54,14 +54,6 @@ void checkUniform(const std::vector<at::Tensor>& tensors, const char* op, const 
   }
 }
 
-// A flat copy of `tensor` in the group's reused staging memory.
-at::Tensor stagingCopy(GroupLinks& links, const at::Tensor& tensor) {
-  void* memory = links.workspace(tensor.nbytes(), Links::Workspace::kStaging);
-  at::Tensor flat = at::from_blob(memory, {tensor.numel()}, tensor.options());
-  flat.copy_(tensor.reshape({-1}));
-  return flat;
-}
-
 } // namespace
 
 c10::intrusive_ptr<c10d::Work> MonarchBackend::broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
@@ -299,17 +291,17 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::reduce_scatter(
   DataType type = reducibleType(output, "reduce_scatter");
   ReductionPlan plan = planReduction(opts.reduceOp, type, "reduce_scatter");
   at::Tensor flat = flattenAll(pieces);
+  at::Tensor result = output.contiguous();
   auto config = options_.algorithms;
-  int r = rank_, n = size_;
+  int n = size_;
   return enqueue(
       c10d::OpType::REDUCE_SCATTER, signatureFor(OpCode::kReduceScatter, type, flat.numel(), -1, plan.wireOp), {output},
-      {output, flat}, opts.timeout, [=](GroupLinks& links) mutable {
+      {output, flat, result}, opts.timeout, [=](GroupLinks& links) mutable {
         plan.before(flat);
         Partition blocks = Partition::even(flat.numel(), n);
-        ::monarch::reduceScatter(links, flat.data_ptr(), blocks, type, plan.kind, config);
-        at::Tensor mine = flat.narrow(0, blocks.offsets[r], blocks.counts[r]);
-        plan.after(mine, n);
-        output.copy_(mine.view(output.sizes()));
+        ::monarch::reduceScatterInto(links, flat.data_ptr(), result.data_ptr(), blocks, type, plan.kind, config);
+        plan.after(result, n);
+        copyBackIfStaged(output, result);
       });
 }
 
@@ -333,24 +325,33 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::reduce_scatter_tensor_coalesced(
     checkCpuTensor(outputs[i], "reduce_scatter_tensor");
     total += inputs[i].numel();
   }
+  // The reduction reads the inputs where they lie and writes the outputs:
+  // no staging copy unless a premultiplied sum must scale a copy first.
+  std::vector<at::Tensor> sources;
+  std::vector<at::Tensor> results;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    at::Tensor source = inputs[i].contiguous();
+    if (plan.factor || plan.factorTensor) {
+      source = source.clone();
+    }
+    sources.push_back(source);
+    results.push_back(outputs[i].contiguous());
+  }
   auto config = options_.algorithms;
-  int r = rank_, n = size_;
+  int n = size_;
   std::vector<at::Tensor> keep = outputs;
-  keep.insert(keep.end(), inputs.begin(), inputs.end());
+  keep.insert(keep.end(), sources.begin(), sources.end());
+  keep.insert(keep.end(), results.begin(), results.end());
   return enqueue(
       c10d::OpType::_REDUCE_SCATTER_BASE, signatureFor(OpCode::kReduceScatter, type, total, -1, plan.wireOp), outputs, keep,
       opts.timeout, [=, outs = outputs](GroupLinks& links) mutable {
-        for (size_t i = 0; i < inputs.size(); ++i) {
-          // The reduction runs in place, so it works on a copy of the input,
-          // in reused staging memory.
-          at::Tensor flat = stagingCopy(links, inputs[i]);
-          plan.before(flat);
-          size_t per = static_cast<size_t>(outs[i].numel());
-          Partition blocks = Partition::fromCounts(std::vector<size_t>(n, per));
-          ::monarch::reduceScatter(links, flat.data_ptr(), blocks, type, plan.kind, config);
-          at::Tensor mine = flat.narrow(0, r * per, per);
-          plan.after(mine, n);
-          outs[i].copy_(mine.view(outs[i].sizes()));
+        for (size_t i = 0; i < sources.size(); ++i) {
+          plan.before(sources[i]);
+          Partition blocks = Partition::fromCounts(std::vector<size_t>(n, static_cast<size_t>(outs[i].numel())));
+          ::monarch::reduceScatterInto(
+              links, sources[i].data_ptr(), results[i].data_ptr(), blocks, type, plan.kind, config);
+          plan.after(results[i], n);
+          copyBackIfStaged(outs[i], results[i]);
         }
       });
 }

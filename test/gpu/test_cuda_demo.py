@@ -1,9 +1,9 @@
 """``python -m torch_monarch.demo --device cuda`` at its defaults meets the GPU targets (issue 26).
 
 4 replicas x 2 workers on the one GPU (round-robin over the visible GPUs),
-DiLoCo every 20 steps, a failure every 20 s of the default GPU kinds (a CUDA
-error in the step and a collective on CUDA tensors aborted mid-step among
-them), then the same run without failures. Workers fork from the preloaded,
+DiLoCo every 20 steps, a failure every 20 s of the default GPU kinds (in
+120 s the first five: kill, segv, hang, comm (a collective on CUDA tensors
+aborted mid-step), exc), then the same run without failures. Workers fork from the preloaded,
 CUDA-clean forkserver. Asserted: every target of the demo's summary (every
 failure recovered, no missed outer sync, goodput >= 0.95, identical final
 parameters, final loss within 10 %) and the GPU's rejoin target, a median
@@ -46,9 +46,10 @@ def test_demo_on_cuda_meets_its_targets(tmp_path: Path) -> None:
     if result.returncode != 0 or not all(summary.get("targets", {}).values()):
         print(_worker_logs(out))
     assert summary, output[-5000:]
-    kinds = {failure["kind"] for failure in summary["failures"]}
-    assert {"cuda", "comm"} <= kinds, summary["failures"]
-    assert summary["failures_injected"] >= 5
+    # A failure every 20 s in the default order (kill, segv, hang, comm, exc, cuda) until 15 s before the end:
+    # the default 120 s inject the first five, the collective aborted on CUDA tensors among them.
+    kinds = [failure["kind"] for failure in summary["failures"]]
+    assert kinds == ["kill", "segv", "hang", "comm", "exc"], kinds
     missed = [name for name, ok in summary["targets"].items() if not ok]
     assert not missed, {k: v for k, v in summary.items() if k != "failures"}
     assert summary["median_rejoin_s"] <= GPU_MEDIAN_REJOIN_S, summary["median_rejoin_s"]

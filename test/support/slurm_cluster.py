@@ -5,18 +5,22 @@ all bound to loopback (or to a Unix socket):
 
 * ``munged``: authentication, on a socket in the cluster's directory;
 * ``mariadbd`` (``--skip-networking``, Unix socket only) and ``slurmdbd``:
-  job accounting, which ``sacct`` (and so TorchX's SLURM status) reads;
+  job accounting, which ``sacct`` reads (TorchX's SLURM status, and the
+  tests' checks of what became of each job);
 * ``slurmctld`` and one ``slurmd`` per node.
 
 Several nodes on one machine: Debian's SLURM 22.05 is built with
 ``--enable-multiple-slurmd``, so each node is a ``slurmd -N name`` with its
 own ``Port=`` on 127.0.0.1 (see :func:`_multiple_slurmd`); with a build that
-is not, the cluster has one node. Nodes declare their CPUs and memory
-(``SlurmdParameters=config_overrides``) rather than this machine's: each
-holds one replica agent.
+is not, the cluster has one node. (slurmd in network namespaces of their own
+would work with any build, but needs veth pairs and routes the test would
+have to set up and tear down; not needed here.) The first node is named
+after this machine, the others ``node2``, ``node3``. Nodes declare their
+CPUs and memory (``SlurmdParameters=config_overrides``) rather than this
+machine's: each holds one replica agent.
 
 ``stop`` cancels every job, then stops the daemons (SIGTERM, then SIGKILL
-of their sessions) and checks that no job step process is left.
+of their sessions); the fixture fails if a job process had to be killed.
 
 Run ``python test/support/slurm_cluster.py`` to bring one up by hand (until Ctrl-C).
 """
@@ -39,7 +43,7 @@ import pytest
 
 __all__ = ["SlurmCluster", "slurm_cluster", "unavailable_reason"]
 
-DAEMONS = ("munged", "mungekey", "mariadbd", "mariadb-install-db", "slurmdbd", "slurmctld", "slurmd")
+DAEMONS = ("munged", "mariadbd", "mariadb-install-db", "slurmdbd", "slurmctld", "slurmd")
 CLIENTS = ("sbatch", "squeue", "sacct", "scancel", "sinfo", "sacctmgr", "scontrol")
 PACKAGES = "slurm-wlm slurmctld slurmd slurmdbd munge mariadb-server"
 # One replica agent per node (a ReplicaSpec asks for 2 CPUs and 4 GiB by default), so a
@@ -127,15 +131,19 @@ class SlurmCluster:
         out = self.run("sinfo", "--noheader", "--Node", "--format=%N|%t", check=False)
         return [line.split("|")[0] for line in out.splitlines() if line.endswith("|idle")]
 
-    def job_step_pids(self) -> list[int]:
-        """Processes of job steps still alive (children of a slurmstepd)."""
-        stepds = {p for p in _pids() if _comm(p).startswith("slurmstepd")}
-        return [p for p in _pids() if _ppid(p) in stepds or p in stepds]
+    def job_pids(self) -> list[int]:
+        """Processes of this cluster's jobs still alive: slurmstepd, and every process with the jobs' environment.
+
+        A job's processes inherit ``SLURM_CLUSTER_NAME``, so this finds those
+        that outlived their slurmstepd too (reparented to init).
+        """
+        marker = f"SLURM_CLUSTER_NAME={self.cluster_name}".encode()
+        return [p for p in _pids() if _comm(p).startswith("slurmstepd") or marker in _environ(p).split(b"\0")]
 
     def cancel_all(self, timeout: float = 60) -> None:
         if self.active_jobs():
             self.run("scancel", "--full", "--user=root", check=False)
-            _wait(lambda: not self.active_jobs() and not self.job_step_pids(), timeout, "cancelled jobs to end")
+            _wait(lambda: not self.active_jobs() and not self.job_pids(), timeout, "cancelled jobs to end")
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -298,7 +306,7 @@ class SlurmCluster:
             if any(name == "slurmctld" and proc.poll() is None for name, proc in self._daemons):
                 self.cancel_all()
         except (RuntimeError, subprocess.TimeoutExpired):
-            leftover = self.job_step_pids()
+            leftover = self.job_pids()
         # Stop in reverse order of start: slurmd, slurmctld, slurmdbd, mariadbd, munged.
         for name, proc in reversed(self._daemons):
             if proc.poll() is None:
@@ -332,11 +340,11 @@ def _comm(pid: int) -> str:
         return ""
 
 
-def _ppid(pid: int) -> int:
+def _environ(pid: int) -> bytes:
     try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return -1
+        return Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return b""
 
 
 def node_names() -> list[str]:
@@ -381,3 +389,4 @@ if __name__ == "__main__":
         pass
     finally:
         up.stop()
+        shutil.rmtree(up.root, ignore_errors=True)

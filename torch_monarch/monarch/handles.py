@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Generator, Optional, Protocol, TypeVar
 
-__all__ = ["ActorMesh", "Endpoint", "HostMesh", "MonarchFuture", "ProcMesh"]
+__all__ = ["ActorMesh", "Endpoint", "HostAllocation", "HostMesh", "MonarchFuture", "ProcMesh"]
 
 T = TypeVar("T", covariant=True)
 
@@ -63,4 +63,21 @@ class HostMesh(Protocol):
 
     def slice(self, **coordinates: int) -> "HostMesh":
         """The hosts at ``coordinates``, e.g. ``slice(hosts=2)``."""
+        ...
+
+
+class HostAllocation(Protocol):
+    """Hosts allocated for a job by a cluster scheduler (SLURM, Kubernetes)."""
+
+    @property
+    def job_id(self) -> Optional[str]:
+        """The scheduler's id of the allocation, once submitted."""
+        ...
+
+    def start(self) -> HostMesh:
+        """Submits the allocation, waits until its hosts run Monarch workers, and returns them."""
+        ...
+
+    def stop(self) -> None:
+        """Ends the allocation and every proc on it."""
         ...

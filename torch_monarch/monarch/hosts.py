@@ -15,7 +15,10 @@ from monarch.actor import this_host
 
 from torch_monarch.monarch.handles import HostMesh
 
-__all__ = ["host_for"]
+__all__ = ["HOSTS_MESH", "host_for"]
+
+#: the name of an allocation's one host mesh (SLURM, Kubernetes)
+HOSTS_MESH = "hosts"
 
 
 def host_for(hosts: Optional[HostMesh], index: int) -> HostMesh:

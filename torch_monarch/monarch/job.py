@@ -11,22 +11,35 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import TYPE_CHECKING, Optional
+from typing import Callable, Optional
 
 from torch_monarch.job.config import JobConfig
 from torch_monarch.monarch._require import require_monarch
 from torch_monarch.monarch.config import OrchestrationStatus
-from torch_monarch.monarch.handles import ActorMesh, HostMesh, ProcMesh
+from torch_monarch.monarch.handles import ActorMesh, HostAllocation, HostMesh, ProcMesh
 from torch_monarch.supervision.events import Event
 from torch_monarch.supervision.failure import Failure
 from torch_monarch.supervision.rundir import RunDir
 
-if TYPE_CHECKING:
-    from torch_monarch.monarch.slurm import SlurmHosts
-
 __all__ = ["MonarchJob"]
 
 logger: logging.Logger = logging.getLogger(__name__)
+
+
+def _slurm(config: JobConfig) -> HostAllocation:
+    from torch_monarch.monarch.slurm import SlurmHosts
+
+    return SlurmHosts(config.nnodes, config.scheduler.cfg, config.run_dir, sys.executable)
+
+
+def _kubernetes(config: JobConfig) -> HostAllocation:
+    from torch_monarch.monarch.kubernetes import KubernetesHosts
+
+    return KubernetesHosts(config.nnodes, config.scheduler.cfg, config.scheduler.image)
+
+
+#: --scheduler → the allocation whose hosts the job's procs are spawned on (else this host)
+_ALLOCATIONS: dict[str, Callable[[JobConfig], HostAllocation]] = {"slurm": _slurm, "kubernetes": _kubernetes}
 
 
 class MonarchJob:
@@ -44,16 +57,17 @@ class MonarchJob:
         self._manager: Optional[ActorMesh] = None
         self._status = OrchestrationStatus(running=False)
         self._unhandled: Optional[str] = None
-        self._allocation: Optional["SlurmHosts"] = None  # under --scheduler slurm
+        self._allocation: Optional[HostAllocation] = None  # under --scheduler slurm or kubernetes
 
     def dryrun(self) -> str:
         from torch_monarch.monarch.scheduler import ReplicaActorScheduler, replica_specs
 
         self._check_scheduler()
         lighthouse = self.lighthouse_address or f"a LighthouseActor (min_replicas {self.config.lighthouse.min_replicas})"
-        scheduler = ReplicaActorScheduler(self.config, lighthouse)
-        hosts = "this host" if self.config.scheduler.name == "local" else f"a SLURM allocation of {self.config.nnodes} hosts"
+        placement = self.config.scheduler.name
+        hosts = "this host" if placement == "local" else f"{self.config.nnodes} hosts allocated by {placement}"
         header = f"# OrchestrationManager on {hosts}: lighthouse {lighthouse}, run dir {self.config.run_dir}"
+        scheduler = ReplicaActorScheduler(self.config, lighthouse)
         return "\n".join([header, *(scheduler.dryrun(spec) for spec in replica_specs(self.config))])
 
     def _on_unhandled(self, failure: object) -> None:
@@ -75,21 +89,20 @@ class MonarchJob:
         self.lighthouse_address = self._manager.start.call_one().get()
 
     def _check_scheduler(self) -> None:
-        if self.config.scheduler.name not in ("local", "slurm"):
+        if self.config.scheduler.name not in ("local", *_ALLOCATIONS):
             raise SystemExit(
-                f"monarch-run: --orchestrator monarch runs on this host or on SLURM, not on {self.config.scheduler.name!r}"
+                f"monarch-run: --orchestrator monarch runs on local, {', '.join(_ALLOCATIONS)}, not {self.config.scheduler.name!r}"
             )
 
     def _allocate(self) -> Optional[HostMesh]:
-        """The hosts of ``--scheduler``: an allocation's HostMesh (SLURM), or None for this host."""
+        """The hosts of ``--scheduler``: an allocation's HostMesh (SLURM, Kubernetes), or None for this host."""
         self._check_scheduler()
-        if self.config.scheduler.name == "local":
+        scheduler = self.config.scheduler.name
+        if scheduler == "local":
             return None
-        from torch_monarch.monarch.slurm import SlurmHosts
-
-        self._allocation = SlurmHosts(self.config.nnodes, self.config.scheduler.cfg, self.config.run_dir, sys.executable)
+        self._allocation = _ALLOCATIONS[scheduler](self.config)
         hosts = self._allocation.start()
-        self.run_dir.event(Event.ALLOCATION_STARTED, scheduler="slurm", job_id=self._allocation.job_id)
+        self.run_dir.event(Event.ALLOCATION_STARTED, scheduler=scheduler, job_id=self._allocation.job_id)
         return hosts
 
     def poll(self) -> bool:

@@ -28,13 +28,12 @@ from monarch._rust_bindings.monarch_hyperactor.config import configure
 from monarch.job import SlurmJob
 
 from torch_monarch.monarch.handles import HostMesh
+from torch_monarch.monarch.hosts import HOSTS_MESH
+from torch_monarch.supervision.scheduler.slurm import wait_ended
 
-__all__ = ["HOSTS_MESH", "SlurmAllocation", "SlurmHosts", "slurm_job"]
+__all__ = ["SlurmAllocation", "SlurmHosts", "slurm_job"]
 
 logger: logging.Logger = logging.getLogger(__name__)
-
-#: the allocation's one host mesh
-HOSTS_MESH = "hosts"
 
 # --scheduler-cfg keys with a SlurmJob argument of their own; any other key is passed to sbatch as --key=value.
 _ARGUMENTS = {"partition": "partition", "time": "time_limit", "account": "account", "qos": "qos", "mem": "mem"}
@@ -112,10 +111,15 @@ class SlurmHosts:
         log_dir: where SLURM writes the workers' output.
         python: the interpreter the workers run.
         start_timeout_s: how long the job may wait in the queue.
+        stop_timeout_s: how long stopping waits for SLURM to end the job.
     """
 
-    def __init__(self, nnodes: int, cfg: Mapping[str, str], log_dir: str, python: str, start_timeout_s: int = 600) -> None:
+    def __init__(
+        self, nnodes: int, cfg: Mapping[str, str], log_dir: str, python: str, start_timeout_s: int = 600,
+        stop_timeout_s: float = 90.0,
+    ) -> None:
         self.job = slurm_job(nnodes, cfg, log_dir, python, start_timeout_s)
+        self.stop_timeout_s = stop_timeout_s
         if _loopback_only_host():
             # Monarch's TCP transport refuses a hostname that resolves only to loopback;
             # on a one-machine cluster the client listens on localhost instead.
@@ -131,5 +135,8 @@ class SlurmHosts:
         return hosts
 
     def stop(self) -> None:
-        """Cancels the SLURM job (scancel), which ends its workers and every proc spawned on them."""
+        """Cancels the SLURM job (scancel), which ends its workers and every proc spawned on them, and waits for its end."""
+        job_id = self.job_id
         self.job.kill()
+        if job_id is not None and wait_ended([job_id], self.stop_timeout_s):
+            logger.warning("SLURM job %s did not end within %.0fs of scancel", job_id, self.stop_timeout_s)

@@ -150,6 +150,7 @@ void RdmaPaths::shutdown() {
   {
     std::lock_guard<std::mutex> guard(mutex_);
     endpoint = std::move(endpoint_);
+    tried_ = true; // a link adopted from here on gets none
   }
   if (endpoint) {
     endpoint->shutdown();

@@ -13,13 +13,17 @@ which keeps ended jobs for ``MinJobAge``), else the accounting record
 
 from __future__ import annotations
 
+import logging
 import subprocess
+import time
 from dataclasses import dataclass
 from typing import Optional
 
 from torch_monarch.supervision.scheduler.base import ReplicaState
 
-__all__ = ["SlurmJobState", "cancel_job", "job_state"]
+__all__ = ["SlurmJobState", "cancel_jobs", "job_state", "wait_ended"]
+
+logger: logging.Logger = logging.getLogger(__name__)
 
 _TIMEOUT_S = 30.0
 
@@ -94,8 +98,30 @@ def job_state(job_id: str) -> Optional[SlurmJobState]:
     return _from_squeue(job_id) or _from_sacct(job_id)
 
 
-def cancel_job(job_id: str) -> None:
-    """``scancel`` (every step of the job gets SIGTERM, then SIGKILL after the cluster's ``KillWait``)."""
-    out = _run(["scancel", job_id])
-    if out.returncode != 0:
-        raise RuntimeError(f"scancel {job_id} failed ({out.returncode}): {out.stderr.strip()}")
+def _ended(job_id: str) -> bool:
+    state = job_state(job_id)
+    return state is None or state.replica_state.terminal
+
+
+def wait_ended(job_ids: list[str], timeout_s: float) -> list[str]:
+    """Waits until SLURM has ended the jobs (their processes gone); returns those still not ended."""
+    deadline = time.monotonic() + timeout_s
+    live = [j for j in job_ids if not _ended(j)]
+    while live and time.monotonic() < deadline:
+        time.sleep(0.2)
+        live = [j for j in live if not _ended(j)]
+    return live
+
+
+def cancel_jobs(job_ids: list[str], timeout_s: float) -> list[str]:
+    """``scancel`` of every job still running, then :func:`wait_ended`.
+
+    scancel only asks: each step of a job gets SIGTERM, then SIGKILL after
+    the cluster's ``KillWait``; the job ends once its processes are gone.
+    """
+    live = [j for j in job_ids if not _ended(j)]
+    for job_id in live:
+        out = _run(["scancel", job_id])
+        if out.returncode != 0:  # the others are still cancelled; the job is reported as not ended below
+            logger.warning("scancel %s failed (%d): %s", job_id, out.returncode, out.stderr.strip())
+    return wait_ended(live, timeout_s)

@@ -20,7 +20,6 @@ which the cluster's nodes share with the orchestrator. Needs
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any, Mapping, Optional
 
 from torch_monarch.supervision.rundir import RunDir
@@ -150,16 +149,9 @@ class TorchXScheduler(Scheduler):
             for handle in handles:
                 self.runner.cancel(handle)
             return
-        live = [h for h in handles if not self.status(h).state.terminal]
-        for handle in live:
-            slurm.cancel_job(_app_id(handle))
-        # scancel only asks: wait until SLURM has ended the jobs, so none outlives the orchestrator.
-        deadline = time.monotonic() + self.cancel_timeout_s
-        while live and time.monotonic() < deadline:
-            live = [h for h in live if not self.status(h).state.terminal]
-            time.sleep(0.2)
-        if live:
-            logger.warning("SLURM jobs %s did not end within %.0fs of scancel", [_app_id(h) for h in live], self.cancel_timeout_s)
+        left = slurm.cancel_jobs([_app_id(h) for h in handles], self.cancel_timeout_s)
+        if left:
+            logger.warning("SLURM jobs %s did not end within %.0fs of scancel", left, self.cancel_timeout_s)
 
     def close(self) -> None:
         if self._runner is not None:

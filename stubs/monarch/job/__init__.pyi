@@ -1,4 +1,4 @@
-# monarch.job (torchmonarch 0.7), the part torch_monarch uses (torch_monarch.monarch.slurm).
+# monarch.job (torchmonarch 0.7), the part torch_monarch uses (torch_monarch.monarch.slurm, .kubernetes).
 from typing import Any, Optional
 
 class JobState:

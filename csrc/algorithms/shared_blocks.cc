@@ -1,0 +1,202 @@
+// Reduce-scatter and allgather through shared memory (shared_memory.h), in
+// rounds of one slot per rank like the other shared-memory collectives, and
+// like the allreduce with no barrier inside a round: each rank publishes a
+// round tile by tile and marks every tile, and its peers take each tile as
+// soon as it is marked. Each rank moves the fewest bytes a copy through
+// shared memory allows (benchmarks/RESULTS.md, "memory model"): the
+// reduce-scatter publishes the peers' blocks and reads its own input block
+// and the peers' copies of it once, writing the result straight to the
+// output; the allgather publishes its block and copies each peer's once.
+//
+// A rank writes its half of the slots again two rounds later. By then it
+// has taken every tile of the round between, each published by its owner
+// only after that owner had finished the round before: no rank still reads
+// the half.
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <vector>
+
+#include "algorithms/agreement.h"
+#include "algorithms/reduce_kernels.h"
+#include "algorithms/shared_memory.h"
+#include "algorithms/shared_slots.h"
+#include "common/helper_pool.h"
+
+namespace monarch {
+
+namespace {
+
+// Tiles of at least this many bytes per block, and at most
+// SharedRegions::kMaxTiles per round.
+constexpr size_t kMinTileBytes = 16 * 1024;
+
+// Elements per tile for a round that moves `piece` elements of each block;
+// the same on every rank.
+size_t tileElements(size_t piece, size_t elem) {
+  const size_t bytes = std::max(kMinTileBytes, (piece * elem + SharedRegions::kMaxTiles - 1) / SharedRegions::kMaxTiles);
+  return (bytes + kSlotAlignment - 1) / kSlotAlignment * kSlotAlignment / elem;
+}
+
+// Elements [begin, begin + length) of a span of `count`, clipped.
+size_t clipped(size_t count, size_t begin, size_t length) {
+  return begin >= count ? 0 : std::min(length, count - begin);
+}
+
+// One round: every thread of the rank publishes the tiles it claims
+// (publish(tile)) and marks each, then takes the tiles it claims
+// (take(tile)) once every peer has marked them.
+class TileExchange {
+ public:
+  TileExchange(SharedRegions& regions, int n, int rank, size_t tiles)
+      : regions_(regions), n_(n), rank_(rank), tiles_(tiles), stamp_(regions.rounds + 1) {}
+
+  void run(HelperPool* helpers, const std::function<void(size_t)>& publish, const std::function<void(size_t)>& take) {
+    auto work = [&](size_t) {
+      try {
+        for (size_t tile = nextPublish_++; tile < tiles_; tile = nextPublish_++) {
+          publish(tile);
+          regions_.published(rank_, tile).store(stamp_, std::memory_order_release);
+        }
+        for (size_t tile = nextTake_++; tile < tiles_; tile = nextTake_++) {
+          for (int peer = 0; peer < n_; ++peer) {
+            if (peer != rank_) {
+              // A later stamp: the peer has gone on to the next round, which
+              // it starts only once it has published all of this one.
+              regions_.await(
+                  regions_.published(peer, tile), [this](uint64_t seen) { return seen >= stamp_; },
+                  [peer](uint64_t) { return peer; });
+            }
+          }
+          take(tile);
+        }
+      } catch (...) {
+        std::lock_guard<std::mutex> guard(failureMutex_);
+        if (!failure_) {
+          failure_ = std::current_exception();
+        }
+      }
+    };
+    if (helpers) {
+      helpers->run(static_cast<size_t>(helpers->threads()), work);
+    } else {
+      work(0);
+    }
+    if (failure_) {
+      std::rethrow_exception(failure_);
+    }
+  }
+
+ private:
+  SharedRegions& regions_;
+  const int n_;
+  const int rank_;
+  const size_t tiles_;
+  const uint64_t stamp_;
+  std::atomic<size_t> nextPublish_{0};
+  std::atomic<size_t> nextTake_{0};
+  std::mutex failureMutex_;
+  std::exception_ptr failure_;
+};
+
+} // namespace
+
+bool sharedReduceScatter(
+    Links& links, const void* in, void* out, const Partition& blocks, DataType type, ReduceKind kind,
+    const AlgorithmConfig& config) {
+  const size_t elem = elementSize(type);
+  const int n = links.size();
+  const int r = links.rank();
+  SharedRegions* regions = regionsFor(links, blocks.maxCount() * elem * n, config);
+  if (!regions) {
+    return false;
+  }
+  // A rank's slot holds, per round, a piece of each peer's block, in rank
+  // order without its own.
+  const size_t pieceBytes = slotBytes(*regions) / (n - 1) / kSlotAlignment * kSlotAlignment;
+  const size_t piece = pieceBytes / elem;
+  if (piece == 0) {
+    return false; // more ranks than a slot has room for (a tiny Options.shm_segment_bytes)
+  }
+  OpAgreement agreement(links);
+  const auto* source = static_cast<const char*>(in);
+  auto* result = static_cast<char*>(out);
+  auto position = [](int block, int owner) { return block < owner ? block : block - 1; };
+  const size_t tile = tileElements(piece, elem);
+  for (size_t begin = 0; begin < blocks.maxCount(); begin += piece, ++regions->rounds) {
+    const size_t length = std::min(piece, blocks.maxCount() - begin);
+    auto publish = [&](size_t t) {
+      char* mine = slotOf(*regions, r);
+      for (int block = 0; block < n; ++block) {
+        const size_t at = begin + t * tile;
+        const size_t count = clipped(blocks.counts[block], at, std::min(tile, begin + length - at));
+        if (block != r && count > 0) {
+          std::memcpy(
+              mine + position(block, r) * pieceBytes + t * tile * elem, source + (blocks.offsets[block] + at) * elem,
+              count * elem);
+        }
+      }
+    };
+    auto take = [&](size_t t) {
+      const size_t at = begin + t * tile;
+      const size_t count = clipped(blocks.counts[r], at, std::min(tile, begin + length - at));
+      if (count == 0) {
+        return;
+      }
+      // The peers' copies in rank order: the result does not depend on
+      // which peer was first.
+      std::vector<const void*> peers;
+      for (int peer = 0; peer < n; ++peer) {
+        if (peer != r) {
+          peers.push_back(slotOf(*regions, peer) + position(r, peer) * pieceBytes + t * tile * elem);
+        }
+      }
+      reduceAllFrom(result + at * elem, source + (blocks.offsets[r] + at) * elem, peers, count, type, kind, nullptr);
+    };
+    TileExchange(*regions, n, r, (length + tile - 1) / tile).run(config.helpers, publish, take);
+  }
+  agreement.confirm();
+  return true;
+}
+
+bool sharedAllgather(Links& links, void* data, const Partition& blocks, size_t elementBytes, const AlgorithmConfig& config) {
+  const int n = links.size();
+  const int r = links.rank();
+  SharedRegions* regions = regionsFor(links, blocks.maxCount() * elementBytes * n, config);
+  if (!regions) {
+    return false;
+  }
+  OpAgreement agreement(links);
+  const size_t piece = slotBytes(*regions) / elementBytes;
+  const size_t tile = tileElements(piece, elementBytes);
+  auto* bytes = static_cast<char*>(data);
+  for (size_t begin = 0; begin < blocks.maxCount(); begin += piece, ++regions->rounds) {
+    const size_t length = std::min(piece, blocks.maxCount() - begin);
+    auto span = [&](int owner, size_t t) {
+      const size_t at = begin + t * tile;
+      return clipped(blocks.counts[owner], at, std::min(tile, begin + length - at)) * elementBytes;
+    };
+    auto publish = [&](size_t t) {
+      std::memcpy(
+          slotOf(*regions, r) + t * tile * elementBytes, bytes + (blocks.offsets[r] + begin + t * tile) * elementBytes,
+          span(r, t));
+    };
+    auto take = [&](size_t t) {
+      for (int distance = 1; distance < n; ++distance) {
+        const int peer = (r + distance) % n;
+        std::memcpy(
+            bytes + (blocks.offsets[peer] + begin + t * tile) * elementBytes,
+            slotOf(*regions, peer) + t * tile * elementBytes, span(peer, t));
+      }
+    };
+    TileExchange(*regions, n, r, (length + tile - 1) / tile).run(config.helpers, publish, take);
+  }
+  agreement.confirm();
+  return true;
+}
+
+} // namespace monarch
