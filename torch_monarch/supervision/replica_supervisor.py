@@ -18,6 +18,7 @@ Both hand everything that supervising a replica means to this class:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
@@ -196,9 +197,11 @@ class ReplicaSupervisor(Supervisor):
         not known, and then ``unexplained`` is the message. ``report`` is the
         worker's error file, ``stderr_tail`` the end of its stderr.
         """
-        # Who failed, and when it was noticed: the same in every case.
-        worker: dict[str, Any] = dict(
+        unexplained_exit = Failure(
             who=f"replica {self.replica_id} / rank {rank} (pid {pid})",
+            kind=FailureKind.EXIT_CODE,
+            time=detected_at,
+            message=unexplained,
             replica_id=self.replica_id,
             rank=rank,
             pid=pid,
@@ -206,12 +209,15 @@ class ReplicaSupervisor(Supervisor):
         )
         hang = self._hangs.get(pid) if pid is not None else None
         if hang is not None:
-            return Failure(
-                kind=FailureKind.HANG, time=detected_at, message=hang.reason, exitcode=exitcode, signal=hang.signal, **worker
+            return dataclasses.replace(
+                unexplained_exit, kind=FailureKind.HANG, message=hang.reason, exitcode=exitcode, signal=hang.signal
             )
         if exitcode is None:
-            return Failure(kind=FailureKind.EXIT_CODE, time=detected_at, message=unexplained, **worker)
-        return Failure.from_exit(exitcode=exitcode, report=report, stderr_tail=stderr_tail, **worker)
+            return unexplained_exit
+        return Failure.from_exit(
+            who=unexplained_exit.who, exitcode=exitcode, replica_id=self.replica_id, rank=rank, pid=pid,
+            report=report, stderr_tail=stderr_tail, detected_at=detected_at,
+        )
 
     def replica_failure(self, message: str, kind: FailureKind = FailureKind.EXIT_CODE) -> Failure:
         """A failure of the replica that names no worker (e.g. the worker group as a whole)."""
