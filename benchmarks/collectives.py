@@ -34,10 +34,9 @@ at once (``copy_`` of a buffer of the largest size, at least 64 MiB so it
 measures DRAM, with the rank's torch threads, median of several), counting
 bytes read plus bytes written; the table uses the median over ranks. The
 memory model (``MEMORY_MODEL``; benchmarks/RESULTS.md) gives the bytes each
-rank must read and write for an op when ranks are processes on one host whose
-data reaches a peer only through a copy into shared memory; model bytes /
-memcpy rate is the fastest the op can be, and "of bound" is that time over
-the measured time. ``--torch-threads 1`` runs every rank with one torch
+rank must read and write for an op: its input once and its output once.
+Model bytes / memcpy rate is the fastest the op can be, and "of bound" is
+that time over the measured time. ``--torch-threads 1`` runs every rank with one torch
 thread, as torchrun does; the default gives each rank its share of the CPUs.
 
 Columns follow nccl-tests: size is the full buffer (the allreduce/broadcast
@@ -80,32 +79,20 @@ MONARCH = "monarch"
 
 
 # Bytes each rank must read plus write for an op on a full buffer of ``s``
-# bytes among ``n`` ranks of one host (processes, so a byte reaches a peer
-# only through a copy into shared memory). The least any algorithm moves:
-#   allreduce      publish the n-1 blocks others reduce (2s(n-1)/n), reduce
-#                  its block from its input and n-1 copies (read s), write
-#                  the result to shared memory and to its output (2s/n),
-#                  copy the n-1 other results out (2s(n-1)/n): s(5 - 2/n)
-#   reduce_scatter publish (2s(n-1)/n), reduce into the output (read s,
-#                  write s/n): s(3 - 1/n)
-#   all_gather     read its block once, write it to shared memory and its
-#                  output (3s/n), copy the n-1 others out (2s(n-1)/n): s(2 + 1/n)
-#   broadcast      the root copies in, every other rank copies out: 2s
-#   all_to_all     publish the n-1 blocks for peers and copy theirs and its
-#                  own out: 2s(n-1)/n + 2s
-#   reduce         the root: a reduce_scatter, then the n-1 other reduced
-#                  blocks copied in: s(3 - 1/n) + 2s(n-1)/n
-#   gather         the root copies n blocks in: 2s
-#   scatter        the root copies n blocks out: 2s
+# bytes among ``n`` ranks: its input read once and its output written once
+# (the rank that does the most, for the rooted ops). Staging through shared
+# memory is not counted: a round's slots are reused and stay in the caches
+# (benchmarks/RESULTS.md). Model bytes / the memcpy rate is the fastest an
+# op can be.
 MEMORY_MODEL: dict[str, Callable[[float, int], float]] = {
-    "allreduce": lambda s, n: s * (5 - 2 / n),
-    "reduce_scatter": lambda s, n: s * (3 - 1 / n),
-    "all_gather": lambda s, n: s * (2 + 1 / n),
-    "broadcast": lambda s, n: 2 * s,
-    "all_to_all": lambda s, n: 2 * s * (n - 1) / n + 2 * s,
-    "reduce": lambda s, n: s * (3 - 1 / n) + 2 * s * (n - 1) / n,
-    "gather": lambda s, n: 2 * s,
-    "scatter": lambda s, n: 2 * s,
+    "allreduce": lambda s, n: 2 * s,
+    "reduce_scatter": lambda s, n: s + s / n,
+    "all_gather": lambda s, n: s / n + s,
+    "broadcast": lambda s, n: s,
+    "all_to_all": lambda s, n: 2 * s,
+    "reduce": lambda s, n: 2 * s,
+    "gather": lambda s, n: s / n + s,
+    "scatter": lambda s, n: s + s / n,
 }
 # What a run measures unless --ops says otherwise.
 DEFAULT_OPS = ["allreduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all"]

@@ -91,8 +91,12 @@ def _suite_classes() -> dict[str, Any]:
     for module_name, class_name, tests in SUITES:
         try:
             module = importlib.import_module(module_name)
-        except ModuleNotFoundError:  # reconfigure_test: TorchFT 0.3's
-            classes[class_name] = _skipped(f"{module_name} is not in {_installed_torchft()}")
+        except ModuleNotFoundError as e:
+            if e.name == module_name:  # reconfigure_test: TorchFT 0.3's
+                reason = f"{module_name} is not in {_installed_torchft()}"
+            else:  # the suite imports a test dependency that is not installed
+                reason = f"{module_name} needs {e.name}, which is not installed"
+            classes[class_name] = _skipped(reason)
             continue
         for group, factory in GROUP_FACTORIES.items():
             name = f"{class_name}With{group}"
