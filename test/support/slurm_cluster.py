@@ -140,6 +140,18 @@ class SlurmCluster:
         marker = f"SLURM_CLUSTER_NAME={self.cluster_name}".encode()
         return [p for p in _pids() if _comm(p).startswith("slurmstepd") or marker in _environ(p).split(b"\0")]
 
+    def describe(self, pids: list[int]) -> list[str]:
+        """``pid comm cmdline`` of each process, for a failure message."""
+        return [f"{p} {_comm(p)} {_cmdline(p)[:200]}" for p in pids]
+
+    def wait_for_no_job_pids(self, timeout: float) -> None:
+        """Waits until no process of this cluster's jobs is alive (their teardown runs after the jobs end);
+        fails naming those still alive after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while (left := self.job_pids()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not left, f"still alive {timeout:.0f} s after the jobs ended: {self.describe(left)}"
+
     def cancel_all(self, timeout: float = 60) -> None:
         if self.active_jobs():
             self.run("scancel", "--full", "--user=root", check=False)
@@ -336,6 +348,13 @@ def _pids() -> list[int]:
 def _comm(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
     except OSError:
         return ""
 

@@ -124,7 +124,7 @@ def assert_identical_finals(run_dir: Path) -> None:
 
 def assert_nothing_left(cluster: SlurmCluster) -> None:
     assert cluster.active_jobs() == [], cluster.jobs()
-    assert cluster.job_pids() == []
+    cluster.wait_for_no_job_pids(timeout=15)
 
 
 def assert_survivor_kept_training(run_dir: Path, events: list[dict[str, Any]], victim: str, since: float) -> None:
