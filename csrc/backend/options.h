@@ -26,6 +26,9 @@ struct BackendOptions {
   // its group.
   size_t shmSegmentBytes = 8 * 1024 * 1024;
   std::string gpuTransport = "auto"; // route of CUDA tensors: auto, nccl, host (contract/gpu_route.h)
+  // c10d's reconfigure regime (torch >= 2.14; MonarchBackend::createReconfigurable).
+  bool enableReconfigure = false;
+  std::string job; // whose handles a reconfigurable group takes; empty: its creators
   AlgorithmConfig algorithms;
 
   // Whether ranks on one host move payloads through memory they share (the
@@ -40,6 +43,9 @@ struct BackendOptions {
         : transport == "auto"  ? FabricOptions::Rdma::kAuto
                                : FabricOptions::Rdma::kOff;
   }
+
+  // The endpoint these settings ask for.
+  FabricOptions fabricOptions() const;
 
   // Calls visit(name, member) for every torch_monarch.Options field.
   template <typename Visit>
@@ -58,6 +64,8 @@ struct BackendOptions {
     visit("gpu_transport", gpuTransport);
     visit("rdma_provider", rdmaProvider);
     visit("rdma_min_bytes", rdmaMinBytes);
+    visit("enable_reconfigure", enableReconfigure);
+    visit("job", job);
   }
 };
 
