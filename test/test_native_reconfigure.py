@@ -236,7 +236,8 @@ def abort_worker(ctx: WorkerContext) -> dict[str, Any]:
 
 def test_reconfigure_recovers_after_abort() -> None:
     for result in run_workers_ok(abort_worker, WORLD):
-        assert result["after_abort"] == "AbortedError"
+        # Its own abort, or a peer's that reached it first: the group is broken either way.
+        assert result["after_abort"] in ("AbortedError", "PeerFailureError")
         assert result["sum"] == triangle(WORLD)
         assert result["error"] is None
 

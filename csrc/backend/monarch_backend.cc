@@ -68,12 +68,12 @@ MonarchBackend::MonarchBackend(Membership membership, BackendOptions options)
   fabric_->acquire();
   helpers_ = std::make_unique<HelperPool>(options_.algorithms.threads);
   options_.algorithms.helpers = helpers_.get(); // not the parent's, for derived groups
-  attach(std::move(membership), /*firstSeq=*/1);
+  attach(std::move(membership));
   device_.attachHost(this);
   init();
 }
 
-void MonarchBackend::attach(Membership membership, uint64_t firstSeq) {
+void MonarchBackend::attach(Membership membership) {
   links_ = std::make_unique<GroupLinks>(
       membership.rank, fabric_->hostId(), fabric_->endpointId(), options_.sharesHostMemory() ? options_.shmSegmentBytes : 0,
       std::move(membership.connections), fabric_->channels().get(membership.channelId), signal_,
@@ -82,8 +82,7 @@ void MonarchBackend::attach(Membership membership, uint64_t firstSeq) {
   {
     std::lock_guard<std::mutex> guard(mutex_);
     stopping_ = false;
-    nextSeq_ = firstSeq;
-    firstSeq_ = firstSeq;
+    nextSeq_ = 1;
   }
   failLinksAlreadyDown();
   worker_ = std::thread([this] { workerLoop(); });
@@ -231,7 +230,7 @@ uint64_t MonarchBackend::getSequenceNumberForGroup() {
   uint64_t host;
   {
     std::lock_guard<std::mutex> guard(mutex_);
-    host = nextSeq_ - firstSeq_;
+    host = nextSeq_ - 1;
   }
   return host + device_.collectivesPosted();
 }

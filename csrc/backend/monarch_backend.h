@@ -159,11 +159,10 @@ class MonarchBackend : public c10d::Backend {
   c10::intrusive_ptr<MonarchBackend> derive(const std::vector<int>& members, uint64_t channelId);
 
   // A membership's lifetime on this backend: attach() binds its links and
-  // starts the worker, whose first op gets sequence number `firstSeq`;
-  // retire() ends it (with a failure `reason`, what is queued or running
+  // starts the worker (sequence numbers start over); retire() ends it (with a failure `reason`, what is queued or running
   // fails with it and the peers are told; with ok(), queued ops run first)
   // and returns false when it had already ended.
-  void attach(Membership membership, uint64_t firstSeq);
+  void attach(Membership membership);
   bool retire(const Status& reason);
   // Makes the running op fail with AbortedError at its next wait.
   void interruptWorker();
@@ -197,7 +196,6 @@ class MonarchBackend : public c10d::Backend {
   std::condition_variable queueChanged_;
   std::deque<QueuedOp> queue_;
   uint64_t nextSeq_ = 1;
-  uint64_t firstSeq_ = 1; // of the current membership (a native one confirms itself first)
   bool holdsEndpoint_ = true; // this group's lease on fabric_ (see stop)
   // Set when made with enable_reconfigure=True (createReconfigurable).
   std::unique_ptr<Reconfigurable> reconfigurable_;

@@ -197,9 +197,12 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::reconfigure(const c10d::Reconfigu
 
 Status MonarchBackend::confirm(const Membership& membership, Deadline deadline) {
   // A link one end reuses may be one the other end has dropped: only an op
-  // that every member completes shows that all hold the same links.
+  // that every member completes shows that all hold the same links. It runs
+  // on a channel of its own: a member that confirmed may use (or abort) the
+  // group while others still wait for their last confirming message.
   std::atomic<bool> never{false};
-  auto channel = fabric_->channels().get(membership.channelId);
+  const uint64_t confirmId = fnv1a64("confirm", 7, membership.channelId);
+  auto channel = fabric_->channels().get(confirmId);
   GroupLinks links(
       membership.rank, fabric_->hostId(), fabric_->endpointId(), 0, membership.connections, channel,
       std::make_shared<CompletionSignal>(), &never);
@@ -214,6 +217,8 @@ Status MonarchBackend::confirm(const Membership& membership, Deadline deadline) 
   }
   links.endOp();
   if (status.ok()) {
+    // Every message of the barrier to this rank has come: nothing more arrives on it.
+    fabric_->channels().release(confirmId);
     return status;
   }
   if (status.kind == ErrorKind::kTimeout) {
@@ -221,9 +226,9 @@ Status MonarchBackend::confirm(const Membership& membership, Deadline deadline) 
     status.ranks = channel->ranksBehind(1, asked);
     status.message = "ranks " + formatRanks(status.ranks) + " did not confirm it in time (" + status.message + ")";
   }
-  // Members that did confirm learn it here rather than at their first op.
+  // The members still waiting learn it now. The channel stays registered, so
+  // that it goes on answering their questions about who started it.
   channel->fail(status, /*tellPeers=*/true);
-  fabric_->channels().release(channel->id());
   return status;
 }
 
@@ -232,8 +237,7 @@ void MonarchBackend::rebind(Membership membership, int64_t uuid) {
       ErrorKind::kAborted, {}, "the group was reconfigured (uuid " + std::to_string(uuid) + ") on rank " + std::to_string(rank_)));
   rank_ = membership.rank;
   size_ = static_cast<int>(membership.connections.size());
-  // Its first op was the confirming barrier.
-  attach(std::move(membership), /*firstSeq=*/2);
+  attach(std::move(membership));
 }
 
 } // namespace monarch
