@@ -159,9 +159,10 @@ class MonarchBackend : public c10d::Backend {
   c10::intrusive_ptr<MonarchBackend> derive(const std::vector<int>& members, uint64_t channelId);
 
   // A membership's lifetime on this backend: attach() binds its links and
-  // starts the worker (sequence numbers start over); retire() ends it (with a failure `reason`, what is queued or running
-  // fails with it and the peers are told; with ok(), queued ops run first)
-  // and returns false when it had already ended.
+  // starts the worker (sequence numbers start over); retire() ends it (with
+  // a failure `reason`, what is queued or running fails with it and the
+  // peers are told; with ok(), queued ops run first) and returns false when
+  // it had already ended.
   void attach(Membership membership);
   bool retire(const Status& reason);
   // Makes the running op fail with AbortedError at its next wait.
@@ -170,9 +171,9 @@ class MonarchBackend : public c10d::Backend {
   // on the endpoint (the last lease closes it).
   void stop(const Status& reason, bool releaseEndpoint);
   // Native reconfigure (native_reconfigure.cc): checks that every member
-  // formed `membership` over links that both ends hold, by the group's
-  // first op (a barrier, by `deadline`). Returns why not; then the peers
-  // have been told and the membership dropped, the current one as it was.
+  // formed `membership` over links that both ends hold, by a barrier on a
+  // channel of its own (by `deadline`). Returns why not; then the peers have
+  // been told and the membership dropped, the current one as it was.
   Status confirm(const Membership& membership, Deadline deadline);
   // Replaces the current membership with `membership` in place: what is
   // queued or running on the current one fails with AbortedError.
