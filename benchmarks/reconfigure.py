@@ -1,6 +1,6 @@
 """TorchFT reconfiguration: ProcessGroupMonarch next to torchft's ProcessGroupGloo.
 
-Two measurements, both kinds in the same run, interleaved:
+Three measurements, both kinds in the same run, interleaved:
 
 1. ``configure()`` latency at world 2, 4 and 8 (one process per rank), for
    * first:    every rank on a fresh process group (new endpoint);
@@ -19,9 +19,18 @@ Two measurements, both kinds in the same run, interleaved:
    hung peer, or a peer that stopped talking to it, only at its timeout;
    monarch at its heartbeat timeout).
 
+3. ``--native`` (torch >= 2.14): c10d's own reconfigure, monarch against
+   Gloo, both groups made with ``enable_reconfigure=True`` (identity, shrink
+   by one, grow by one, around a killed peer, and threads/fds/RSS over many
+   reconfigures; see _native_reconfigure.py). It replaces the configure rows
+   of (1) in that run. With ``--stall-kinds monarch-native,gloo-native`` the
+   survivor stall of (2) runs TorchFT 0.3's Manager over native groups.
+
 Prints a table, then one line ``JSON {...}``.
 
     PYTHONPATH=. .venv/bin/python benchmarks/reconfigure.py [--quick]
+    PYTHONPATH=. python benchmarks/reconfigure.py --native --stall-modes kill \
+        --stall-kinds monarch-native,gloo-native     # torch 2.14 + torchft-nightly
 """
 
 from __future__ import annotations
@@ -187,8 +196,62 @@ def _configure_worker(ctx: WorkerContext, bench: ConfigureBench) -> Optional[dic
 # ----------------------------------------------------------------------------- survivor stall
 
 
+# The Manager's group for each kind of the stall measurement: TorchFT process
+# groups (0.2's configure), or, with torch >= 2.14 and TorchFT 0.3, native
+# groups made with enable_reconfigure=True that the Manager reconfigures from
+# handles. Native Gloo rendezvouses through a store every replica shares
+# (``shared_port``, served by the parent); monarch needs none.
+NATIVE_STALL_KINDS = ("monarch-native", "gloo-native")
+
+
+def _manager_pg(kind: str, replica: int, lighthouse: str, settings: StallSettings, shared_port: int) -> Any:
+    import torch
+    import torch.distributed as dist
+
+    if kind == "monarch":
+        from torch_monarch.options import Options
+        from torch_monarch.torchft import ProcessGroupMonarch
+
+        return ProcessGroupMonarch(
+            timeout=timedelta(seconds=settings.monarch_timeout_s),
+            options=Options(heartbeat_timeout=settings.monarch_heartbeat_s),
+        )
+    if kind == "gloo":
+        from torchft.process_group import ProcessGroupGloo
+
+        return ProcessGroupGloo(timeout=timedelta(seconds=settings.gloo_timeout_s))
+    if kind == "monarch-native":
+        from torch_monarch.options import Options
+
+        os.environ["TORCHFT_LIGHTHOUSE"] = lighthouse  # the job whose handles the group accepts
+        dist.init_process_group(
+            "monarch",
+            store=dist.HashStore(),
+            rank=0,
+            world_size=1,
+            timeout=timedelta(seconds=settings.monarch_timeout_s),
+            pg_options=Options(heartbeat_timeout=settings.monarch_heartbeat_s),
+            enable_reconfigure=True,
+        )
+        return dist.group.WORLD
+    shared = dist.PrefixStore("native", dist.TCPStore("localhost", shared_port, is_master=False, wait_for_workers=False))
+    pg = dist.ProcessGroup(shared, replica, settings.replicas)
+    backend = dist.ProcessGroupGloo(
+        shared, replica, settings.replicas, timeout=timedelta(seconds=settings.gloo_timeout_s), enable_reconfigure=True
+    )
+    pg._set_default_backend(dist.ProcessGroup.BackendType.GLOO)
+    pg._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO, backend)
+    return pg
+
+
 def _replica_main(
-    kind: str, replica: int, lighthouse: str, settings: StallSettings, fault: Optional[str], conn: Connection
+    kind: str,
+    replica: int,
+    lighthouse: str,
+    settings: StallSettings,
+    fault: Optional[str],
+    conn: Connection,
+    shared_port: int,
 ) -> None:
     """One replica group (world size 1): trains until the parent kills it.
 
@@ -205,18 +268,7 @@ def _replica_main(
 
     logging.basicConfig(level=logging.WARNING)
     torch.set_num_threads(1)
-    if kind == "monarch":
-        from torch_monarch.options import Options
-        from torch_monarch.torchft import ProcessGroupMonarch
-
-        pg: Any = ProcessGroupMonarch(
-            timeout=timedelta(seconds=settings.monarch_timeout_s),
-            options=Options(heartbeat_timeout=settings.monarch_heartbeat_s),
-        )
-    else:
-        from torchft.process_group import ProcessGroupGloo
-
-        pg = ProcessGroupGloo(timeout=timedelta(seconds=settings.gloo_timeout_s))
+    pg = _manager_pg(kind, replica, lighthouse, settings, shared_port)
     store = dist.TCPStore("localhost", 0, is_master=True, wait_for_workers=False)
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 8))
@@ -277,6 +329,9 @@ def _stall_once(
         join_timeout_ms=settings.lighthouse_join_timeout_ms,
         heartbeat_timeout_ms=settings.lighthouse_heartbeat_timeout_ms,
     )
+    import torch.distributed as dist
+
+    shared = dist.TCPStore("localhost", 0, is_master=True, wait_for_workers=False)
     conns: dict[int, Connection] = {}
     processes: dict[int, Any] = {}
     commits: dict[int, list[tuple[int, float]]] = {r: [] for r in range(settings.replicas)}
@@ -312,7 +367,15 @@ def _stall_once(
             ours, theirs = mp.Pipe(duplex=True)
             processes[replica] = mp.Process(
                 target=_replica_main,
-                args=(kind, replica, lighthouse.address(), settings, mode if replica == victim else None, theirs),
+                args=(
+                    kind,
+                    replica,
+                    lighthouse.address(),
+                    settings,
+                    mode if replica == victim else None,
+                    theirs,
+                    shared.port,
+                ),
                 daemon=True,
             )
             processes[replica].start()
@@ -415,11 +478,8 @@ def format_report(report: Report, settings: StallSettings, repeats: int, stall_r
             f"{'mode':<6}{'kind':<9}{'pg timeout':>11}{'failed s':>10}{'stall s':>9}{'max s':>7}  survivors' error",
         ]
         for mode, kinds in report.stall.items():
-            for kind in KINDS:
-                stalls = kinds.get(kind, [])
-                if not stalls:
-                    continue
-                timeout = settings.monarch_timeout_s if kind == "monarch" else settings.gloo_timeout_s
+            for kind, stalls in kinds.items():
+                timeout = settings.monarch_timeout_s if kind.startswith("monarch") else settings.gloo_timeout_s
                 error = (report.survivor_errors.get(mode, {}).get(kind) or ["-"])[0][:100]
                 detects = report.detect.get(mode, {}).get(kind, [])
                 detect = f"{statistics.median(detects):.2f}" if detects else "-"
@@ -427,9 +487,10 @@ def format_report(report: Report, settings: StallSettings, repeats: int, stall_r
                     f"{mode:<6}{kind:<9}{timeout:>10.0f}s{detect:>10}{statistics.median(stalls):>9.2f}"
                     f"{max(stalls):>7.2f}  {error}"
                 )
-            if "monarch" in kinds and "gloo" in kinds:
-                ratio = statistics.median(kinds["gloo"]) / statistics.median(kinds["monarch"])
-                lines.append(f"# {mode}: stall ratio gloo / monarch (medians) {ratio:.1f}x")
+            for monarch, gloo in (KINDS, NATIVE_STALL_KINDS):
+                if monarch in kinds and gloo in kinds:
+                    ratio = statistics.median(kinds[gloo]) / statistics.median(kinds[monarch])
+                    lines.append(f"# {mode}: stall ratio {gloo} / {monarch} (medians) {ratio:.1f}x")
         steps = ", ".join(f"{kind} {_median_ms(values):.1f} ms" for kind, values in report.step_s.items())
         lines.append(f"# healthy step time (median): {steps}")
     return "\n".join(lines)
@@ -492,6 +553,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--repeats", type=int, default=None, help="configure repeats per world (median)")
     parser.add_argument("--stall-repeats", type=int, default=None, help="kills per kind for the stall; 0 skips")
     parser.add_argument("--stall-modes", default="kill,stop", help="comma list of kill,stop")
+    parser.add_argument(
+        "--stall-kinds", default="monarch,gloo", help=f"comma list of monarch,gloo,{','.join(NATIVE_STALL_KINDS)}"
+    )
+    parser.add_argument(
+        "--native", action="store_true", help="native reconfigure rows (torch >= 2.14), monarch vs gloo; see below"
+    )
+    parser.add_argument("--native-repeats", type=int, default=None, help="native rows: repeats per world (median)")
+    parser.add_argument("--kill-repeats", type=int, default=None, help="native rows: killed-peer runs per kind")
+    parser.add_argument("--resource-rounds", type=int, default=100, help="native rows: reconfigures for the resource check")
     parser.add_argument("--quick", action="store_true", help="fewer repeats (about two minutes)")
     args = parser.parse_args(argv)
     repeats = args.repeats or (3 if args.quick else 7)
@@ -500,7 +570,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     report = Report(host_cpus=os.cpu_count(), load_start=os.getloadavg()[0])
     started = time.monotonic()
 
-    for world in [int(w) for w in args.worlds.split(",") if w.strip()]:
+    worlds = [int(w) for w in args.worlds.split(",") if w.strip()]
+    native: dict[str, Any] = {}
+    native_repeats = args.native_repeats or (3 if args.quick else 7)
+    kill_repeats = args.kill_repeats if args.kill_repeats is not None else (1 if args.quick else 3)
+    if args.native:
+        from _native_reconfigure import run as run_native
+
+        native = run_native(
+            worlds, native_repeats, kill_repeats, args.resource_rounds, lambda line: print(line, file=sys.stderr, flush=True)
+        )
+        worlds = []  # the native rows replace the configure rows in this run
+    for world in worlds:
         bench = ConfigureBench(world_size=world, repeats=repeats)
         result = run_workers_ok(_configure_worker, world, bench, timeout=600.0)[0]
         report.configure[world] = result["samples"]
@@ -509,8 +590,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     for mode in args.stall_modes.split(","):
         for repeat in range(stall_repeats):
-            order = KINDS if repeat % 2 == 0 else tuple(reversed(KINDS))
-            for kind in order:
+            kinds = args.stall_kinds.split(",")
+            for kind in kinds if repeat % 2 == 0 else reversed(kinds):
                 stalls, detects, step_times, errors = _stall_once(kind, mode, settings, bound_s=180.0)
                 report.stall.setdefault(mode, {}).setdefault(kind, []).extend(stalls)
                 report.detect.setdefault(mode, {}).setdefault(kind, []).extend(detects)
@@ -520,8 +601,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     report.load_end = os.getloadavg()[0]
     print(format_report(report, settings, repeats, stall_repeats))
+    if native:
+        from _native_reconfigure import format_rows
+
+        print("\n".join(format_rows(native, native_repeats, kill_repeats, args.resource_rounds)))
     print(f"# wall time {time.monotonic() - started:.0f} s")
-    print("JSON " + report_json(report, settings, repeats), flush=True)
+    payload = json.loads(report_json(report, settings, repeats))
+    if native:
+        payload["native"] = {
+            "rows_s": {str(world): kinds for world, kinds in native["rows"].items()},
+            "resources": native["resources"],
+            "repeats": native_repeats,
+            "kill_repeats": kill_repeats,
+        }
+    print("JSON " + json.dumps(payload, separators=(",", ":")), flush=True)
     return 0
 
 

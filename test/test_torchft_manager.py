@@ -19,6 +19,7 @@ from typing import Any, Callable
 import pytest
 import torch
 from torchft.coordination import LighthouseServer
+from torchft.manager import Manager
 
 from torchft_replica import ReplicaConfig, replica_main
 
@@ -114,8 +115,24 @@ class _Replicas:
 
 
 def test_manager_survives_replica_kill_and_heals_restarted_replica() -> None:
+    kill_and_heal(native=False)
+
+
+@pytest.mark.newest_stack
+@pytest.mark.skipif(
+    not hasattr(torch.distributed, "_reconfigure"),
+    reason=f"native c10d reconfigure needs torch >= 2.14 (this is {torch.__version__})",
+)
+@pytest.mark.skipif(
+    not hasattr(Manager, "_reconfigure_pg"), reason="a native group as Manager(pg=...) needs torchft 0.3 / nightly"
+)
+def test_manager_with_a_native_monarch_group_survives_kill_and_heals() -> None:
+    kill_and_heal(native=True)
+
+
+def kill_and_heal(native: bool) -> None:
     lighthouse = LighthouseServer(bind="[::]:0", min_replicas=2, join_timeout_ms=500, heartbeat_timeout_ms=1000)
-    config = ReplicaConfig(lighthouse=lighthouse.address(), stop_step=STOP_STEP, gate_step=GATE_STEP)
+    config = ReplicaConfig(lighthouse=lighthouse.address(), stop_step=STOP_STEP, gate_step=GATE_STEP, native=native)
     replicas = _Replicas(config)
     survivors = [r for r in range(REPLICAS) if r != VICTIM]
     try:

@@ -27,6 +27,7 @@ def new_backend(
     group_name: str,
     timeout: timedelta,
     options: Optional[Options] = None,
+    enable_reconfigure: bool = False,
 ) -> Any:
     """Joins a new monarch group on a fresh endpoint and returns its backend.
 
@@ -35,6 +36,11 @@ def new_backend(
     overrides applied here; ``MONARCH_TIMEOUT`` or ``options.timeout``, when
     set, wins over ``timeout`` (the precedence in ``torch_monarch.options``).
     The returned ``torch_monarch._C.MonarchBackend`` is a ``c10d.Backend``.
+
+    With ``enable_reconfigure`` (or ``options.enable_reconfigure``; torch >=
+    2.14) it connects nobody: the group is a group of one on a fresh endpoint
+    until c10d's ``reconfigure`` forms it from the members' handles, in
+    place, taking handles of its job only (``Options.job``).
     """
     resolved = (options if options is not None else Options()).with_env_overrides()
     resolved = dataclasses.replace(
@@ -43,10 +49,18 @@ def new_backend(
         # As many threads as torch gives an op of this process, so that monarch
         # never oversubscribes what the launcher set (torchrun: OMP_NUM_THREADS).
         threads=resolved.threads if resolved.threads is not None else torch.get_num_threads(),
+        enable_reconfigure=resolved.enable_reconfigure or enable_reconfigure,
+        # The replicas of one TorchFT job share their Lighthouse.
+        job=resolved.job or os.environ.get("TORCHFT_LIGHTHOUSE", ""),
     )
     # The extension is loaded only now, so that `import torch` stays cheap.
     from torch_monarch import _C
 
+    if resolved.enable_reconfigure and not _C.NATIVE_RECONFIGURE:
+        raise RuntimeError(
+            f"enable_reconfigure needs torch >= 2.14 (c10d's native reconfigure); torch_monarch was built against "
+            f"a torch without it (this is torch {torch.__version__})"
+        )
     logger.debug("creating monarch group %s rank %d/%d", group_name, rank, size)
     return _C.create_backend(store=store, rank=rank, size=size, group_name=group_name, options=resolved)
 
@@ -79,6 +93,8 @@ def _create_backend(dist_options: Any, pg_options: Optional[Options]) -> Any:
         group_name=str(dist_options.group_id),
         timeout=dist_options.timeout,
         options=pg_options,
+        # torch >= 2.14 passes it (init_process_group(enable_reconfigure=True)); older torch has no such field.
+        enable_reconfigure=getattr(dist_options, "enable_reconfigure", False),
     )
 
 

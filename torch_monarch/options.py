@@ -118,6 +118,16 @@ class Options(Config):
         rdma_min_bytes: payloads to peers on other hosts of at least this
             many bytes go by RDMA read; smaller ones inline on TCP, where one
             send beats a registration, a descriptor and an acknowledgement.
+        enable_reconfigure: make the group in c10d's reconfigure regime
+            (torch >= 2.14), as ``init_process_group(enable_reconfigure=True)``
+            does; for ``new_group``, which has no such argument. The group is
+            a group of one until ``dist._reconfigure`` (or TorchFT's Manager)
+            forms it from the members' ``get_reconfigure_handle()`` strings.
+        job: the job a reconfigurable group belongs to: it takes handles
+            from processes of the same job only. Empty: ``TORCHFT_LIGHTHOUSE``
+            when set (the replicas of one TorchFT job share their
+            Lighthouse), else the processes that created the group together
+            (its rank 0 draws a token in the group's store).
     """
 
     timeout: Optional[timedelta] = None
@@ -134,6 +144,8 @@ class Options(Config):
     gpu_transport: str = "auto"
     rdma_provider: str = ""
     rdma_min_bytes: int = 256 * 1024
+    enable_reconfigure: bool = False
+    job: str = ""
 
     def with_env_overrides(self) -> "Options":
         """Returns a validated copy with ``MONARCH_*`` environment variables applied."""

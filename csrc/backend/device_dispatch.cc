@@ -15,6 +15,21 @@ void DeviceDispatch::bind(gpu::DeviceGroup group) {
   group_ = std::move(group);
 }
 
+void DeviceDispatch::rebind(gpu::DeviceGroup group) {
+  c10::intrusive_ptr<c10d::Backend> previous;
+  {
+    std::lock_guard<std::mutex> creating(createMutex_);
+    std::lock_guard<std::mutex> guard(mutex_);
+    previous = std::move(backend_);
+    stopped_ = false;
+    shrinks_ = 0;
+  }
+  if (previous) {
+    previous->abort(); // its communicators span the previous membership
+  }
+  bind(std::move(group));
+}
+
 void DeviceDispatch::inheritShrunk(DeviceDispatch& parent, const std::vector<int64_t>& excluded, int shrinkFlags) {
   gpu::DeviceGroup child;
   c10::intrusive_ptr<c10d::Backend> parentBackend;

@@ -18,6 +18,11 @@ class DeviceDispatch {
  public:
   // Where the device backend rendezvous when it is first needed.
   void bind(gpu::DeviceGroup group);
+  // The group's membership changed in place (native reconfigure): the device
+  // backend of the previous one is aborted, and the next op on CUDA tensors
+  // makes one for `group` (a new NCCL communicator, or host-staged over the
+  // host group as it is now).
+  void rebind(gpu::DeviceGroup group);
   // The group's host backend, which owns this dispatch: the host-staged
   // route and the GPU identity exchange run over it.
   void attachHost(c10d::Backend* host) {

@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "backend/store_adapter.h"
+#include "transport/store_rendezvous.h"
 #include "common/logging.h"
 #include "common/op_failure.h"
 #include "contract/errors.h"
@@ -15,17 +16,22 @@
 
 namespace monarch {
 
+FabricOptions BackendOptions::fabricOptions() const {
+  FabricOptions fabric;
+  fabric.bindAddress = bindAddress.empty() ? defaultBindAddress() : bindAddress;
+  fabric.heartbeatTimeout = heartbeatTimeout;
+  fabric.hostId = hostName.empty() ? localHostId() : fnv1a64(hostName.data(), hostName.size());
+  fabric.transport = transport;
+  return fabric;
+}
+
 c10::intrusive_ptr<MonarchBackend> MonarchBackend::join(
     const c10::intrusive_ptr<c10d::Store>& store,
     int rank,
     int size,
     const std::string& groupName,
     BackendOptions options) {
-  FabricOptions fabricOptions;
-  fabricOptions.bindAddress = options.bindAddress.empty() ? defaultBindAddress() : options.bindAddress;
-  fabricOptions.heartbeatTimeout = options.heartbeatTimeout;
-  fabricOptions.hostId = options.hostName.empty() ? localHostId() : fnv1a64(options.hostName.data(), options.hostName.size());
-  fabricOptions.transport = options.transport;
+  FabricOptions fabricOptions = options.fabricOptions();
   Membership membership;
   membership.rank = rank;
   membership.channelId = fnv1a64(groupName.data(), groupName.size());
@@ -34,7 +40,8 @@ c10::intrusive_ptr<MonarchBackend> MonarchBackend::join(
     auto deadline = Clock::now() + options.timeout;
     StoreAdapter adapter(store, deadline);
     GroupIdentity identity{membership.channelId, 0, rank, size};
-    membership.connections = membership.fabric->connectGroup(adapter, identity, deadline);
+    StoreRendezvous rendezvous(adapter, identity);
+    membership.connections = membership.fabric->connectGroup(rendezvous, identity, deadline);
   } catch (const rdma::RdmaUnavailable&) {
     throw; // not a peer's fault: Python gets RdmaUnavailableError, naming what is missing
   } catch (const std::exception& e) { // transport errors, and the store's (c10::DistStoreError)
@@ -56,16 +63,26 @@ MonarchBackend::MonarchBackend(Membership membership, BackendOptions options)
       signal_(std::make_shared<CompletionSignal>()),
       timeoutMs_(options_.timeout.count()) {
   fabric_->acquire();
+  helpers_ = std::make_unique<HelperPool>(options_.algorithms.threads);
+  options_.algorithms.helpers = helpers_.get(); // not the parent's, for derived groups
+  attach(std::move(membership));
+  device_.attachHost(this);
+  init();
+}
+
+void MonarchBackend::attach(Membership membership) {
   links_ = std::make_unique<GroupLinks>(
       membership.rank, fabric_->hostId(), fabric_->endpointId(), options_.transport.sharesHostMemory() ? options_.shmSegmentBytes : 0,
       std::move(membership.connections), fabric_->channels().get(membership.channelId), signal_,
       &aborted_);
+  aborted_ = false;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    stopping_ = false;
+    nextSeq_ = 1;
+  }
   failLinksAlreadyDown();
-  helpers_ = std::make_unique<HelperPool>(options_.algorithms.threads);
-  options_.algorithms.helpers = helpers_.get(); // not the parent's, for derived groups
   worker_ = std::thread([this] { workerLoop(); });
-  device_.attachHost(this);
-  init();
 }
 
 void MonarchBackend::failLinksAlreadyDown() {
@@ -175,7 +192,8 @@ c10::intrusive_ptr<MonarchBackend> MonarchBackend::reconfigure(
     auto deadline = Clock::now() + std::chrono::milliseconds(timeoutMs_.load());
     StoreAdapter adapter(store, deadline);
     GroupIdentity identity{membership.channelId, 0, rank, size};
-    membership.connections = fabric_->connectGroup(adapter, identity, deadline);
+    StoreRendezvous rendezvous(adapter, identity);
+    membership.connections = fabric_->connectGroup(rendezvous, identity, deadline);
   } catch (const std::exception& e) { // transport errors, and the store's (c10::DistStoreError)
     throw MonarchError(
         ErrorKind::kPeerFailure, {},
@@ -316,12 +334,21 @@ c10d::ErrorType MonarchBackend::getError() {
   return status.ok() ? device_.error() : errorTypeOf(status);
 }
 
-void MonarchBackend::stop(const Status& reason) {
+void MonarchBackend::interruptWorker() {
+  aborted_ = true;
+  {
+    // Wake the worker if it is waiting on a transfer.
+    std::lock_guard<std::mutex> guard(signal_->mutex);
+  }
+  signal_->cv.notify_all();
+}
+
+bool MonarchBackend::retire(const Status& reason) {
   std::deque<QueuedOp> dropped;
   {
     std::lock_guard<std::mutex> guard(mutex_);
     if (stopping_) {
-      return;
+      return false;
     }
     stopping_ = true;
     if (!reason.ok()) {
@@ -330,7 +357,8 @@ void MonarchBackend::stop(const Status& reason) {
   }
   queueChanged_.notify_all();
   if (!reason.ok()) {
-    // Aborting: peers learn that this rank is gone without waiting for it.
+    interruptWorker();
+    // Peers learn that this rank is gone without waiting for it.
     links_->channel().fail(reason, /*tellPeers=*/true);
   }
   for (auto& op : dropped) {
@@ -350,24 +378,34 @@ void MonarchBackend::stop(const Status& reason) {
   links_->releaseSharedMemory();
   links_->channel().fail(Status::error(ErrorKind::kAborted, {}, "the group was shut down"), /*tellPeers=*/false);
   fabric_->channels().release(links_->channel().id());
+  return true;
+}
+
+void MonarchBackend::stop(const Status& reason, bool releaseEndpoint) {
+  retire(reason);
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (!releaseEndpoint || !holdsEndpoint_) {
+      return;
+    }
+    holdsEndpoint_ = false;
+  }
   // The last group on the endpoint closes its sockets and stops its threads.
   fabric_->release(/*graceful=*/reason.ok());
 }
 
 void MonarchBackend::abort() {
-  aborted_ = true;
-  {
-    // Wake the worker if it is waiting on a transfer.
-    std::lock_guard<std::mutex> guard(signal_->mutex);
-  }
-  signal_->cv.notify_all();
+  Status reason = Status::error(ErrorKind::kAborted, {}, "the group was aborted on rank " + std::to_string(rank_));
+  interruptWorker();
   device_.abort();
-  stop(Status::error(ErrorKind::kAborted, {}, "the group was aborted on rank " + std::to_string(rank_)));
+  // A reconfigurable group keeps its endpoint, which its handle names: a
+  // reconfigure with a fresh uuid forms the group again on it.
+  stop(reason, /*releaseEndpoint=*/!reconfigurable_);
 }
 
 void MonarchBackend::shutdown() {
   // Orderly: queued ops run to completion (each bounded by its timeout).
-  stop(Status());
+  stop(Status(), /*releaseEndpoint=*/true);
   device_.shutdown();
 }
 

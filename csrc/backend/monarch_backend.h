@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "backend/device_dispatch.h"
@@ -19,6 +20,7 @@
 #include "common/helper_pool.h"
 #include "transport/fabric.h"
 #include "transport/group_links.h"
+#include "transport/rendezvous.h"
 
 namespace monarch {
 
@@ -44,13 +46,29 @@ class MonarchBackend : public c10d::Backend {
       const std::string& groupName,
       BackendOptions options);
 
+  // A group made with enable_reconfigure=True: a group of one on a fresh
+  // endpoint until its first reconfigure(opts), which forms it from the
+  // members' handles (native_reconfigure.cc). Its job token is derived from
+  // `options.job` when given, else drawn by rank 0 of the creating group in
+  // `store`; handles of other jobs are refused.
+  static c10::intrusive_ptr<MonarchBackend> createReconfigurable(
+      const c10::intrusive_ptr<c10d::Store>& store,
+      int rank,
+      int size,
+      const std::string& groupName,
+      BackendOptions options);
+
   MonarchBackend(Membership membership, BackendOptions options);
   ~MonarchBackend() override;
 
-  // A group of new membership through `store` that keeps the links to peers
-  // that are the same processes as before and connects only new members.
+  // A new group of new membership through `store` that keeps the links to
+  // peers that are the same processes as before and connects only new
+  // members (ProcessGroupMonarch's configure()). The native reconfigure
+  // forms its membership on the same links, in place (rebind()).
   c10::intrusive_ptr<MonarchBackend> reconfigure(
       const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, const std::string& groupName);
+
+  MONARCH_C10D_RECONFIGURE_OVERRIDES
 
   MONARCH_C10D_SHRINK_OVERRIDES
   bool supportsSplitting() const override {
@@ -139,7 +157,34 @@ class MonarchBackend : public c10d::Backend {
   void failLinksAlreadyDown();
   // A group over a subset of this group's ranks, on the same links.
   c10::intrusive_ptr<MonarchBackend> derive(const std::vector<int>& members, uint64_t channelId);
-  void stop(const Status& reason);
+
+  // A membership's lifetime on this backend: attach() binds its links and
+  // starts the worker (sequence numbers start over); retire() ends it (with
+  // a failure `reason`, what is queued or running fails with it and the
+  // peers are told; with ok(), queued ops run first) and returns false when
+  // it had already ended.
+  void attach(Membership membership);
+  bool retire(const Status& reason);
+  // Makes the running op fail with AbortedError at its next wait.
+  void interruptWorker();
+  // Retires the membership and, with `releaseEndpoint`, this group's lease
+  // on the endpoint (the last lease closes it).
+  void stop(const Status& reason, bool releaseEndpoint);
+  // Native reconfigure (native_reconfigure.cc): checks that every member
+  // formed `membership` over links that both ends hold, by a barrier on a
+  // channel of its own (by `deadline`). Returns why not; then the peers have
+  // been told and the membership dropped, the current one as it was.
+  Status confirm(const Membership& membership, Deadline deadline);
+  // Replaces the current membership with `membership` in place: what is
+  // queued or running on the current one fails with AbortedError.
+  void rebind(Membership membership, int64_t uuid);
+
+  // What a group made with enable_reconfigure=True keeps across reconfigures.
+  struct Reconfigurable {
+    JobToken token;
+    std::string groupName;
+    std::set<int64_t> usedUuids;
+  };
 
   BackendOptions options_;
   std::shared_ptr<Fabric> fabric_;
@@ -152,6 +197,10 @@ class MonarchBackend : public c10d::Backend {
   std::condition_variable queueChanged_;
   std::deque<QueuedOp> queue_;
   uint64_t nextSeq_ = 1;
+  bool holdsEndpoint_ = true; // this group's lease on fabric_ (see stop)
+  // Set when made with enable_reconfigure=True (createReconfigurable).
+  std::unique_ptr<Reconfigurable> reconfigurable_;
+  std::mutex reconfigureMutex_; // one reconfigure at a time; abort() never takes it
   uint64_t derivations_ = 0; // shrinks so far; makes derived channel ids unique
   bool stopping_ = false;
   // Helps the worker reduce large messages (AlgorithmConfig::helpers).

@@ -25,7 +25,13 @@ struct BackendOptions {
   // its group.
   size_t shmSegmentBytes = 0;
   std::string gpuTransport; // route of CUDA tensors: auto, nccl, host (contract/gpu_route.h)
+  // c10d's reconfigure regime (torch >= 2.14; MonarchBackend::createReconfigurable).
+  bool enableReconfigure = false;
+  std::string job; // whose handles a reconfigurable group takes; empty: its creators
   AlgorithmConfig algorithms;
+
+  // The endpoint these settings ask for.
+  FabricOptions fabricOptions() const;
 
   // Calls visit(name, member) for every torch_monarch.Options field.
   template <typename Visit>
@@ -44,6 +50,8 @@ struct BackendOptions {
     visit("gpu_transport", gpuTransport);
     visit("rdma_provider", transport.rdmaProvider);
     visit("rdma_min_bytes", transport.rdmaMinBytes);
+    visit("enable_reconfigure", enableReconfigure);
+    visit("job", job);
   }
 };
 

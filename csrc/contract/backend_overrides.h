@@ -64,3 +64,18 @@
       const std::vector<int64_t>& ranksToExclude,                               \
       int shrinkFlags,                                                          \
       const c10::intrusive_ptr<c10d::Backend::Options>& optsOverride) override;
+
+// MONARCH_C10D_RECONFIGURE_OVERRIDES: c10d's fault-tolerance contract
+// (torch 2.14+, C10D_BACKEND_HAS_RECONFIGURE): a handle naming this process's
+// endpoint, and reconfigure(), which forms the group from handles in place.
+// Empty with an older torch, whose Backend has none of it; code that needs
+// the contract tests MONARCH_NATIVE_RECONFIGURE.
+#ifdef C10D_BACKEND_HAS_RECONFIGURE
+#define MONARCH_NATIVE_RECONFIGURE 1
+#define MONARCH_C10D_RECONFIGURE_OVERRIDES                                    \
+  bool supportsReconfigure() const override;                                  \
+  c10d::ReconfigureHandle get_reconfigure_handle() const override;            \
+  c10::intrusive_ptr<c10d::Work> reconfigure(const c10d::ReconfigureOptions& opts) override;
+#else
+#define MONARCH_C10D_RECONFIGURE_OVERRIDES
+#endif

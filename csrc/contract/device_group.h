@@ -23,6 +23,10 @@ struct DeviceGroup {
   std::string name;
   std::chrono::milliseconds timeout{std::chrono::minutes(30)};
   std::string transport = "auto"; // Options.gpu_transport (see contract/gpu_route.h)
+  // This process's address. A group without a store (formed from
+  // reconfigure handles) gets one from its rank 0, served there, when the
+  // NCCL route needs it.
+  std::string storeHost;
 };
 
 // The group of the survivors after `excluded` (ranks of `parent`) leave,

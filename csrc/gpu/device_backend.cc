@@ -6,6 +6,7 @@
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <cuda_runtime_api.h>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <cstring>
 
@@ -40,6 +41,37 @@ std::vector<RankDevice> exchangeDevices(c10d::Backend& host, bool collectivesLoa
   return ranks;
 }
 
+// The store of a group that has none (formed from reconfigure handles): rank
+// 0 serves one at its own address and tells the others where, over the host
+// group, so that it is as collective as the device exchange before it.
+c10::intrusive_ptr<c10d::Store> storeServedByRankZero(const DeviceGroup& group, c10d::Backend& host) {
+  constexpr int64_t kAddressBytes = 64;
+  c10d::TCPStoreOptions options;
+  options.port = 0;
+  options.waitWorkers = false;
+  options.timeout = group.timeout;
+  c10::intrusive_ptr<c10d::Store> served;
+  at::Tensor address = at::zeros({kAddressBytes}, at::kByte);
+  if (group.rank == 0) {
+    options.isServer = true;
+    auto store = c10::make_intrusive<c10d::TCPStore>(group.storeHost, options);
+    std::string text = group.storeHost + ":" + std::to_string(store->getPort());
+    TORCH_CHECK(static_cast<int64_t>(text.size()) < kAddressBytes, "store address too long: ", text);
+    std::memcpy(address.data_ptr<uint8_t>(), text.data(), text.size());
+    served = store;
+  }
+  std::vector<at::Tensor> tensors{address};
+  host.broadcast(tensors, c10d::BroadcastOptions())->wait();
+  if (served) {
+    return served;
+  }
+  std::string text(reinterpret_cast<const char*>(address.data_ptr<uint8_t>()));
+  auto colon = text.rfind(':');
+  TORCH_CHECK(colon != std::string::npos, "rank 0 sent a malformed store address: '", text, "'");
+  options.port = static_cast<uint16_t>(std::stoi(text.substr(colon + 1)));
+  return c10::make_intrusive<c10d::TCPStore>(text.substr(0, colon), options);
+}
+
 } // namespace
 
 c10::intrusive_ptr<c10d::Backend> createDeviceBackend(DeviceGroup group, c10d::Backend& host) {
@@ -61,6 +93,9 @@ c10::intrusive_ptr<c10d::Backend> createDeviceBackend(DeviceGroup group, c10d::B
         DistBackendError,
         std::string("GPU tensors need ") + kCollectivesName + ", which could not be loaded: " + library.error() +
             ". Install it (" + kCollectivesInstallHint + ") or set MONARCH_NCCL_LIBRARY to its path.");
+  }
+  if (!group.store) {
+    group.store = storeServedByRankZero(group, host);
   }
   return c10::make_intrusive<NcclBackend>(std::move(group));
 }

@@ -55,6 +55,13 @@ c10::intrusive_ptr<MonarchBackend> createBackend(
     const py::handle& options) {
   BackendOptions resolved = backendOptions(options);
   py::gil_scoped_release release;
+  if (resolved.enableReconfigure) {
+#ifdef MONARCH_NATIVE_RECONFIGURE
+    return MonarchBackend::createReconfigurable(store, rank, size, groupName, std::move(resolved));
+#else
+    TORCH_CHECK(false, "enable_reconfigure needs torch >= 2.14 (c10d's native reconfigure); this build's torch has none");
+#endif
+  }
   return MonarchBackend::join(store, rank, size, groupName, std::move(resolved));
 }
 
@@ -126,6 +133,16 @@ PYBIND11_MODULE(_C, module) {
             return self.reconfigure(store, rank, size, groupName);
           },
           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("group_name"))
+#ifdef MONARCH_NATIVE_RECONFIGURE
+      // c10d's own reconfigure(opts), which the overload above would hide.
+      .def(
+          "reconfigure",
+          [](MonarchBackend& self, const c10d::ReconfigureOptions& opts) {
+            py::gil_scoped_release release;
+            return self.reconfigure(opts);
+          },
+          py::arg("opts"))
+#endif
       .def(
           "error_info",
           [](MonarchBackend& self) -> py::object {
@@ -154,7 +171,13 @@ PYBIND11_MODULE(_C, module) {
   module.def(
       "create_backend", &monarch::createBackend, py::arg("store"), py::arg("rank"), py::arg("size"),
       py::arg("group_name"), py::arg("options"),
-      "Joins a new group; `options` is a torch_monarch.Options with every field resolved.");
+      "Joins a new group, or with options.enable_reconfigure makes one to reconfigure from handles; `options` is a "
+      "torch_monarch.Options with every field resolved.");
+#ifdef MONARCH_NATIVE_RECONFIGURE
+  module.attr("NATIVE_RECONFIGURE") = true;
+#else
+  module.attr("NATIVE_RECONFIGURE") = false;
+#endif
   module.def(
       "backend_option_names", &monarch::backendOptionNames,
       "The torch_monarch.Options fields the backend reads, in BackendOptions::forEachField order.");

@@ -27,6 +27,8 @@ typename Map::mapped_type::value_type popOldest(Map& map, typename Map::iterator
 void Channel::bindPeers(const std::vector<std::shared_ptr<Connection>>& connectionByRank) {
   std::lock_guard<std::mutex> guard(mutex_);
   finishedSeq_ = 0; // a new group's sequence numbers start over
+  rankByConnection_.clear();
+  peers_.clear();
   for (size_t rank = 0; rank < connectionByRank.size(); ++rank) {
     if (connectionByRank[rank]) {
       rankByConnection_[connectionByRank[rank].get()] = static_cast<int>(rank);

@@ -33,7 +33,7 @@ class Channel {
   }
 
   // Tells the channel which group rank each connection serves (null for
-  // this rank).
+  // this rank), in place of what it was told before.
   void bindPeers(const std::vector<std::shared_ptr<Connection>>& connectionByRank);
   int rankOf(Connection* connection);
 

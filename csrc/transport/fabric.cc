@@ -26,34 +26,13 @@ namespace {
 constexpr auto kHandshakeTimeout = std::chrono::seconds(10);
 // How long a graceful shutdown may spend flushing a link to a slow peer.
 constexpr auto kGoodbyeTimeout = std::chrono::seconds(1);
+// Dials parked for groups not yet forming here, at most: a bound on what
+// foreign connections can hold.
+constexpr size_t kMaxParked = 1024;
 
 uint64_t randomU64() {
   std::random_device device;
   return (uint64_t(device()) << 32) ^ device();
-}
-
-std::string toHex(const uint8_t* bytes, size_t n) {
-  static const char* kDigits = "0123456789abcdef";
-  std::string out;
-  for (size_t i = 0; i < n; ++i) {
-    out.push_back(kDigits[bytes[i] >> 4]);
-    out.push_back(kDigits[bytes[i] & 0xf]);
-  }
-  return out;
-}
-
-bool fromHex(const std::string& text, uint8_t* bytes, size_t n) {
-  if (text.size() != 2 * n) {
-    return false;
-  }
-  for (size_t i = 0; i < n; ++i) {
-    unsigned value = 0;
-    if (std::sscanf(text.c_str() + 2 * i, "%2x", &value) != 1) {
-      return false;
-    }
-    bytes[i] = static_cast<uint8_t>(value);
-  }
-  return true;
 }
 
 std::string peerAddress(int fd) {
@@ -65,10 +44,6 @@ std::string peerAddress(int fd) {
   char text[INET_ADDRSTRLEN];
   ::inet_ntop(AF_INET, &addr.sin_addr, text, sizeof(text));
   return std::string(text) + ":" + std::to_string(ntohs(addr.sin_port));
-}
-
-std::string storeKey(const GroupIdentity& group, const std::string& what) {
-  return "monarch/" + std::to_string(group.epoch) + "/" + what;
 }
 
 } // namespace
@@ -136,6 +111,7 @@ void Fabric::shutdown(bool graceful) {
   {
     std::lock_guard<std::mutex> guard(mutex_);
     connections.swap(connections_);
+    parked_.clear(); // the acceptor has stopped: nothing admits them now
   }
   for (auto& connection : connections) {
     if (graceful) {
@@ -149,17 +125,10 @@ void Fabric::shutdown(bool graceful) {
 }
 
 std::vector<std::shared_ptr<Connection>> Fabric::connectGroup(
-    KeyValueStore& store, const GroupIdentity& group, Deadline deadline) {
+    Rendezvous& rendezvous, const GroupIdentity& group, Deadline deadline) {
   PendingGroup pending;
   pending.group = group;
-  if (group.rank == 0) {
-    for (auto& byte : pending.token) {
-      byte = static_cast<uint8_t>(randomU64());
-    }
-    store.set(storeKey(group, "token"), toHex(pending.token.data(), kTokenBytes));
-  } else if (!fromHex(store.get(storeKey(group, "token")), pending.token.data(), kTokenBytes)) {
-    throw std::runtime_error("malformed job token in the rendezvous store");
-  }
+  pending.token = rendezvous.token();
   {
     std::lock_guard<std::mutex> guard(mutex_);
     pendingGroups_.push_back(&pending);
@@ -174,7 +143,7 @@ std::vector<std::shared_ptr<Connection>> Fabric::connectGroup(
     }
   } unregister{this, &pending};
 
-  std::map<int, std::shared_ptr<Connection>> reused = reusableLinks(store, group);
+  std::map<int, std::shared_ptr<Connection>> reused = reusableLinks(rendezvous, group);
   {
     std::lock_guard<std::mutex> guard(mutex_);
     for (int peer = group.rank + 1; peer < group.size; ++peer) {
@@ -182,9 +151,11 @@ std::vector<std::shared_ptr<Connection>> Fabric::connectGroup(
         pending.expected.insert(peer);
       }
     }
+    pending.accepting = true;
   }
-  // Only now may peers dial in: they learn our address from this key.
-  store.set(storeKey(group, "addr/" + std::to_string(group.rank)), address_ + ":" + std::to_string(port_));
+  admitParked(pending);
+  // Only now may peers of a store rendezvous dial in: they learn our address here.
+  rendezvous.publishAddress(listenAddress());
 
   std::vector<std::shared_ptr<Connection>> byRank(group.size);
   for (auto& entry : reused) {
@@ -192,34 +163,68 @@ std::vector<std::shared_ptr<Connection>> Fabric::connectGroup(
   }
   for (int peer = 0; peer < group.rank; ++peer) {
     if (!byRank[peer]) {
-      byRank[peer] = dialPeer(store, pending, peer, deadline);
+      byRank[peer] = dialPeer(rendezvous, pending, peer, deadline);
     }
   }
-  std::unique_lock<std::mutex> lock(mutex_);
-  bool complete = arrivals_.wait_until(lock, deadline, [&] {
-    return stopped_ || pending.arrived.size() == pending.expected.size();
-  });
-  if (!complete || stopped_) {
-    std::vector<int> missing;
-    for (int peer : pending.expected) {
-      if (pending.arrived.count(peer) == 0) {
-        missing.push_back(peer);
-      }
+  awaitArrivals(rendezvous, pending, deadline);
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    for (auto& entry : pending.arrived) {
+      byRank[entry.first] = entry.second;
     }
-    throw std::runtime_error(
-        "rendezvous: Timed out waiting for ranks " + formatRanks(missing) + " to connect to rank " +
-        std::to_string(group.rank));
   }
-  for (auto& entry : pending.arrived) {
-    byRank[entry.first] = entry.second;
-  }
-  lock.unlock();
   for (auto& connection : byRank) {
     if (connection) {
       connection->start();
     }
   }
   return byRank;
+}
+
+void Fabric::awaitArrivals(Rendezvous& rendezvous, PendingGroup& pending, Deadline deadline) {
+  // A member of a handle rendezvous that never dials in may be gone: look
+  // at its address every fifth of the heartbeat timeout, the bound in which
+  // a formed group notices a dead peer too.
+  const auto probeEvery = options_.heartbeatTimeout / 5;
+  const int rank = pending.group.rank;
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (true) {
+    auto wakeAt = rendezvous.addressesListening() ? std::min(deadline, Clock::now() + probeEvery) : deadline;
+    bool complete = arrivals_.wait_until(lock, wakeAt, [&] {
+      return stopped_ || pending.arrived.size() == pending.expected.size();
+    });
+    if (complete && !stopped_) {
+      return;
+    }
+    std::vector<int> missing;
+    for (int peer : pending.expected) {
+      if (pending.arrived.count(peer) == 0) {
+        missing.push_back(peer);
+      }
+    }
+    if (stopped_ || Clock::now() >= deadline) {
+      throw RendezvousError(
+          RendezvousError::Cause::kTimeout, missing,
+          "rendezvous: Timed out waiting for ranks " + formatRanks(missing) + " to connect to rank " +
+              std::to_string(rank));
+    }
+    if (!rendezvous.addressesListening()) {
+      continue;
+    }
+    lock.unlock();
+    std::vector<int> gone;
+    for (int peer : missing) {
+      if (rendezvous.gone(peer)) {
+        gone.push_back(peer);
+      }
+    }
+    lock.lock();
+    if (!gone.empty()) {
+      throw RendezvousError(
+          RendezvousError::Cause::kPeerGone, gone,
+          "rendezvous: ranks " + formatRanks(gone) + " are gone: nothing listens at their handles' addresses any more");
+    }
+  }
 }
 
 size_t Fabric::connectionCount() {
@@ -231,11 +236,8 @@ size_t Fabric::connectionCount() {
   return live;
 }
 
-std::map<int, std::shared_ptr<Connection>> Fabric::reusableLinks(KeyValueStore& store, const GroupIdentity& group) {
-  // Each rank publishes its endpoint id, then which peers it still holds a
-  // live connection to; a link is reused only when both ends list each other,
-  // so that no rank waits for a dial its peer will not make.
-  store.set(storeKey(group, "endpoint/" + std::to_string(group.rank)), std::to_string(endpointId_));
+std::map<int, std::shared_ptr<Connection>> Fabric::reusableLinks(Rendezvous& rendezvous, const GroupIdentity& group) {
+  rendezvous.publishEndpoint(endpointId_);
   std::map<int, std::shared_ptr<Connection>> candidates;
   std::vector<std::shared_ptr<Connection>> live;
   {
@@ -251,7 +253,7 @@ std::map<int, std::shared_ptr<Connection>> Fabric::reusableLinks(KeyValueStore& 
       if (peer == group.rank) {
         continue;
       }
-      uint64_t endpoint = std::stoull(store.get(storeKey(group, "endpoint/" + std::to_string(peer))));
+      uint64_t endpoint = rendezvous.endpointOf(peer);
       for (auto& connection : live) {
         if (connection->peer().endpointId == endpoint) {
           candidates[peer] = connection;
@@ -260,47 +262,66 @@ std::map<int, std::shared_ptr<Connection>> Fabric::reusableLinks(KeyValueStore& 
       }
     }
   }
-  std::string reachable;
+  std::set<int> ranks;
   for (auto& entry : candidates) {
-    reachable += std::to_string(entry.first) + ",";
+    ranks.insert(entry.first);
   }
-  store.set(storeKey(group, "reach/" + std::to_string(group.rank)), reachable);
   std::map<int, std::shared_ptr<Connection>> reused;
-  const std::string me = std::to_string(group.rank);
-  for (auto& entry : candidates) {
-    std::string theirs = "," + store.get(storeKey(group, "reach/" + std::to_string(entry.first)));
-    if (theirs.find("," + me + ",") != std::string::npos) {
-      reused.insert(entry);
-    }
+  for (int peer : rendezvous.agreeOnReuse(ranks)) {
+    reused[peer] = candidates.at(peer);
   }
   return reused;
 }
 
 std::shared_ptr<Connection> Fabric::dialPeer(
-    KeyValueStore& store, const PendingGroup& pending, int peer, Deadline deadline) {
+    Rendezvous& rendezvous, const PendingGroup& pending, int peer, Deadline deadline) {
   const GroupIdentity& group = pending.group;
-  std::string address = store.get(storeKey(group, "addr/" + std::to_string(peer)));
+  std::string address = rendezvous.addressOf(peer);
   auto colon = address.rfind(':');
   if (colon == std::string::npos) {
     throw std::runtime_error("malformed address for rank " + std::to_string(peer) + ": " + address);
   }
-  Socket socket = connectTo(address.substr(0, colon), static_cast<uint16_t>(std::stoi(address.substr(colon + 1))), deadline);
+  const std::string host = address.substr(0, colon);
+  const auto port = static_cast<uint16_t>(std::stoi(address.substr(colon + 1)));
+  const std::string who = "rank " + std::to_string(peer) + " at " + address;
+  // A handle rendezvous dials addresses that were listening before it began.
+  const bool listening = rendezvous.addressesListening();
   Handshake mine = makeHandshake(
       pending.token.data(), group.groupHash, group.epoch, group.rank, group.size, endpointId_, options_.hostId);
-  Handshake theirs;
-  std::string error;
-  if (!writeExact(socket.fd(), &mine, sizeof(mine), deadline, &error) ||
-      !readExact(socket.fd(), &theirs, sizeof(theirs), deadline, &error)) {
-    throw std::runtime_error("handshake with rank " + std::to_string(peer) + " at " + address + " failed: " + error);
+  auto backoff = std::chrono::milliseconds(1);
+  while (true) {
+    Socket socket;
+    try {
+      socket = connectTo(host, port, deadline, /*retryRefused=*/!listening);
+    } catch (const ConnectionRefused& e) {
+      throw RendezvousError(RendezvousError::Cause::kPeerGone, {peer}, "rendezvous: " + who + " is gone: " + e.what());
+    } catch (const std::exception& e) {
+      throw RendezvousError(RendezvousError::Cause::kTimeout, {peer}, "rendezvous: " + who + ": " + e.what());
+    }
+    Handshake theirs;
+    std::string error;
+    if (writeExact(socket.fd(), &mine, sizeof(mine), deadline, &error) &&
+        readExact(socket.fd(), &theirs, sizeof(theirs), deadline, &error)) {
+      Status valid = validateHandshake(theirs, pending.token.data(), group.groupHash, group.epoch, group.size);
+      if (valid.ok() && theirs.rank != peer) {
+        valid = Status::error(ErrorKind::kProtocol, {}, "expected rank " + std::to_string(peer) + ", got rank " + std::to_string(theirs.rank));
+      }
+      if (!valid.ok()) {
+        throw RendezvousError(RendezvousError::Cause::kPeerFailed, {peer}, who + ": " + valid.message);
+      }
+      return adopt(std::move(socket), theirs, address);
+    }
+    bool late = Clock::now() >= deadline;
+    if (!listening || late) {
+      throw RendezvousError(
+          late ? RendezvousError::Cause::kTimeout : RendezvousError::Cause::kPeerFailed, {peer},
+          "handshake with " + who + " failed: " + error);
+    }
+    // The peer closed the dial unanswered: it waited longer for this group
+    // to form there than a handshake may. Dial again until the deadline.
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(100));
   }
-  Status valid = validateHandshake(theirs, pending.token.data(), group.groupHash, group.epoch, group.size);
-  if (valid.ok() && theirs.rank != peer) {
-    valid = Status::error(ErrorKind::kProtocol, {}, "expected rank " + std::to_string(peer) + ", got rank " + std::to_string(theirs.rank));
-  }
-  if (!valid.ok()) {
-    throw std::runtime_error("rank " + std::to_string(peer) + " at " + address + ": " + valid.message);
-  }
-  return adopt(std::move(socket), theirs, address);
 }
 
 std::shared_ptr<Connection> Fabric::adopt(Socket socket, const Handshake& peer, const std::string& address) {
@@ -318,7 +339,7 @@ void Fabric::acceptLoop() {
     std::vector<pollfd> fds;
     fds.push_back({stopEvent_.fd(), POLLIN, 0});
     fds.push_back({listener_.fd(), POLLIN, 0});
-    Deadline nextDeadline = Clock::now() + kHandshakeTimeout;
+    Deadline nextDeadline = expireParked();
     for (auto& handshake : pending) {
       fds.push_back({handshake.socket.fd(), POLLIN, 0});
       nextDeadline = std::min(nextDeadline, handshake.deadline);
@@ -382,24 +403,59 @@ bool Fabric::progressHandshake(PendingHandshake& handshake) {
   return true;
 }
 
+Deadline Fabric::expireParked() {
+  auto now = Clock::now();
+  Deadline next = now + kHandshakeTimeout;
+  std::vector<PendingHandshake> expired;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    std::vector<PendingHandshake> still;
+    for (auto& handshake : parked_) {
+      if (now < handshake.deadline) {
+        next = std::min(next, handshake.deadline);
+        still.push_back(std::move(handshake));
+      } else {
+        expired.push_back(std::move(handshake));
+      }
+    }
+    parked_.swap(still);
+  }
+  for (auto& handshake : expired) {
+    MONARCH_LOG(kWarn) << "closing connection from " << handshake.address << " (rank " << handshake.received.rank
+                       << "): its group did not begin to form here within " << kHandshakeTimeout.count() << " s";
+  }
+  return next;
+}
+
 void Fabric::admit(PendingHandshake& handshake) {
   const Handshake& hs = handshake.received;
   std::unique_lock<std::mutex> lock(mutex_);
+  if (hs.magic == kMagic && hs.rank == kProbeRank) {
+    return; // a liveness probe: it has its answer
+  }
   PendingGroup* group = nullptr;
   Status verdict = Status::error(ErrorKind::kProtocol, {}, "handshake rejected: no group is forming for it");
   if (hs.magic != kMagic) {
     verdict = validateHandshake(hs, nullptr, 0, 0, 0);
   }
   for (PendingGroup* candidate : pendingGroups_) {
-    if (candidate->group.groupHash != hs.groupHash || candidate->group.epoch != hs.epoch) {
-      continue;
+    if (candidate->group.groupHash == hs.groupHash && candidate->group.epoch == hs.epoch) {
+      group = candidate;
+      break;
     }
-    verdict = validateHandshake(hs, candidate->token.data(), hs.groupHash, hs.epoch, candidate->group.size);
-    if (verdict.ok() && (candidate->expected.count(hs.rank) == 0 || candidate->arrived.count(hs.rank) != 0)) {
+  }
+  if (hs.magic == kMagic && hs.epoch == kHandleEpoch && parked_.size() < kMaxParked &&
+      (group == nullptr || !group->accepting)) {
+    // Dialed by handle before this end began to form the group: it waits.
+    handshake.deadline = Clock::now() + kHandshakeTimeout;
+    parked_.push_back(std::move(handshake));
+    return;
+  }
+  if (group != nullptr) {
+    verdict = validateHandshake(hs, group->token.data(), hs.groupHash, hs.epoch, group->group.size);
+    if (verdict.ok() && (group->expected.count(hs.rank) == 0 || group->arrived.count(hs.rank) != 0)) {
       verdict = Status::error(ErrorKind::kProtocol, {}, "handshake rejected: unexpected or duplicate rank " + std::to_string(hs.rank));
     }
-    group = candidate;
-    break;
   }
   if (!verdict.ok()) {
     lock.unlock();
@@ -425,6 +481,22 @@ void Fabric::admit(PendingHandshake& handshake) {
   }
   lock.unlock();
   arrivals_.notify_all();
+}
+
+void Fabric::admitParked(PendingGroup& pending) {
+  std::vector<PendingHandshake> mine;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    std::vector<PendingHandshake> others;
+    for (auto& handshake : parked_) {
+      bool match = handshake.received.groupHash == pending.group.groupHash && handshake.received.epoch == pending.group.epoch;
+      (match ? mine : others).push_back(std::move(handshake));
+    }
+    parked_.swap(others);
+  }
+  for (auto& handshake : mine) {
+    admit(handshake);
+  }
 }
 
 } // namespace monarch

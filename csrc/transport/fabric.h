@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -15,18 +16,19 @@
 #include "transport/connection.h"
 #include "transport/event_loop.h"
 #include "transport/payload_paths.h"
+#include "transport/rendezvous.h"
 #include "transport/socket.h"
-#include "transport/store.h"
 #include "transport/wire.h"
 
 namespace monarch {
 
-// Who a group is and who this process is in it, for rendezvous.
-struct GroupIdentity {
-  uint64_t groupHash = 0;
-  uint32_t epoch = 0;
-  int rank = 0;
-  int size = 1;
+// Why a group could not form, and which of its ranks were at fault.
+struct RendezvousError : std::runtime_error {
+  enum class Cause { kTimeout, kPeerGone, kPeerFailed };
+  RendezvousError(Cause cause, std::vector<int> ranks, const std::string& message)
+      : std::runtime_error(message), cause(cause), ranks(std::move(ranks)) {}
+  Cause cause;
+  std::vector<int> ranks;
 };
 
 // A Fabric's settings, from torch_monarch.Options (which owns the defaults).
@@ -59,6 +61,16 @@ class Fabric {
   uint64_t hostId() const {
     return options_.hostId;
   }
+  // Where this endpoint accepts links.
+  const std::string& listenHost() const {
+    return address_;
+  }
+  uint16_t listenPort() const {
+    return port_;
+  }
+  std::string listenAddress() const {
+    return address_ + ":" + std::to_string(port_);
+  }
   ChannelRegistry& channels() {
     return channels_;
   }
@@ -68,13 +80,13 @@ class Fabric {
     return paths_;
   }
 
-  // Connects every pair of ranks of a group through `store` and returns the
-  // connection to each rank (null for this rank). A live connection to a
-  // peer endpoint that both sides still hold is reused; only new pairs
-  // connect. Throws std::runtime_error naming the ranks that did not show up
-  // before `deadline`.
+  // Connects every pair of ranks of a group, learning who they are through
+  // `rendezvous`, and returns the connection to each rank (null for this
+  // rank). A live connection to a peer endpoint that both sides still hold is
+  // reused; only new pairs connect. Throws RendezvousError naming the ranks
+  // that did not show up before `deadline`, or whose process is gone.
   std::vector<std::shared_ptr<Connection>> connectGroup(
-      KeyValueStore& store, const GroupIdentity& group, Deadline deadline);
+      Rendezvous& rendezvous, const GroupIdentity& group, Deadline deadline);
 
   // Groups sharing the endpoint hold a lease; the last release shuts it down.
   void acquire();
@@ -88,7 +100,8 @@ class Fabric {
   // A rendezvous in progress: the peers expected to connect to us.
   struct PendingGroup {
     GroupIdentity group;
-    std::array<uint8_t, kTokenBytes> token;
+    JobToken token;
+    bool accepting = false; // `expected` is final: dials may be admitted
     std::set<int> expected; // ranks that will dial us
     std::map<int, std::shared_ptr<Connection>> arrived;
   };
@@ -101,14 +114,21 @@ class Fabric {
   };
 
   // Peers whose live connection both sides agree to reuse, by rank.
-  std::map<int, std::shared_ptr<Connection>> reusableLinks(KeyValueStore& store, const GroupIdentity& group);
+  std::map<int, std::shared_ptr<Connection>> reusableLinks(Rendezvous& rendezvous, const GroupIdentity& group);
+  // Waits until every expected peer has dialed in; throws RendezvousError
+  // at `deadline`, or as soon as one of them is known to be gone.
+  void awaitArrivals(Rendezvous& rendezvous, PendingGroup& pending, Deadline deadline);
   void acceptLoop();
   void acceptNew(std::vector<PendingHandshake>& pending);
   // Returns true when the handshake finished (accepted or rejected).
   bool progressHandshake(PendingHandshake& handshake);
   void admit(PendingHandshake& handshake);
+  // Closes parked dials whose deadline passed; returns the next deadline.
+  Deadline expireParked();
+  // Admits the dials that came before their group was accepting.
+  void admitParked(PendingGroup& pending);
   std::shared_ptr<Connection> dialPeer(
-      KeyValueStore& store, const PendingGroup& pending, int peer, Deadline deadline);
+      Rendezvous& rendezvous, const PendingGroup& pending, int peer, Deadline deadline);
   std::shared_ptr<Connection> adopt(Socket socket, const Handshake& peer, const std::string& address);
 
   void checkLiveness();
@@ -126,6 +146,10 @@ class Fabric {
   std::mutex mutex_;
   std::condition_variable arrivals_;
   std::vector<PendingGroup*> pendingGroups_;
+  // Complete handshakes for a group not (yet) accepting here: a member
+  // dialed by its reconfigure handle before this rank began to form the
+  // group. Closed when their handshake deadline passes.
+  std::vector<PendingHandshake> parked_;
   std::vector<std::shared_ptr<Connection>> connections_;
   std::thread acceptor_;
   bool stopped_ = false;

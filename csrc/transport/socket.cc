@@ -117,7 +117,7 @@ Socket listenOn(const std::string& address, uint16_t* port) {
   return sock;
 }
 
-Socket connectTo(const std::string& host, uint16_t port, Deadline deadline) {
+Socket connectTo(const std::string& host, uint16_t port, Deadline deadline, bool retryRefused) {
   sockaddr_in addr = parseIpv4(host, port);
   auto backoff = std::chrono::milliseconds(1);
   std::string lastError = "deadline passed";
@@ -145,6 +145,9 @@ Socket connectTo(const std::string& host, uint16_t port, Deadline deadline) {
       return sock;
     }
     lastError = std::strerror(errno);
+    if (errno == ECONNREFUSED && !retryRefused) {
+      throw ConnectionRefused("cannot connect to " + host + ":" + std::to_string(port) + ": " + lastError);
+    }
     // The peer publishes its address before it accepts; retry briefly.
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, std::chrono::milliseconds(100));

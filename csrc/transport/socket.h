@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 
 namespace monarch {
@@ -45,9 +46,15 @@ std::string defaultBindAddress();
 // Listens on `address` at an ephemeral port; returns the socket and the port.
 Socket listenOn(const std::string& address, uint16_t* port);
 
-// Connects to host:port, retrying refused connections until `deadline`
-// (the peer may not be listening yet). Throws std::runtime_error on failure.
-Socket connectTo(const std::string& host, uint16_t port, Deadline deadline);
+// A connection the peer's host refused: nothing listens at the address.
+struct ConnectionRefused : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Connects to host:port. A refused connection is retried until `deadline`
+// when `retryRefused` (the peer may not be listening yet), else throws
+// ConnectionRefused at once. Throws std::runtime_error on other failures.
+Socket connectTo(const std::string& host, uint16_t port, Deadline deadline, bool retryRefused = true);
 
 // Waits until `fd` has one of `events` (POLLIN, POLLOUT) or the deadline
 // passes; returns poll()'s count (0 on timeout).

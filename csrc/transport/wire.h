@@ -33,6 +33,15 @@ struct Handshake {
 };
 static_assert(sizeof(Handshake) == 72, "Handshake layout changed");
 
+// The epoch of groups formed from reconfigure handles (store-formed groups
+// use 0): their members dial one another by handle, so a dial may arrive
+// before this end has begun to form the group, and waits for it.
+constexpr uint32_t kHandleEpoch = 1;
+// A handshake from this rank is a liveness probe of the endpoint (a member
+// forming a group by handle asks whether this process still listens); it is
+// closed without a word.
+constexpr int32_t kProbeRank = -1;
+
 // Collective or point-to-point operation a frame belongs to.
 enum class OpCode : uint8_t {
   kBroadcast = 1,

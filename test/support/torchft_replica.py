@@ -1,5 +1,6 @@
 """A TorchFT replica group for integration tests: one process that trains a
-small model with ``torchft.Manager`` over a ``ProcessGroupMonarch``, heals
+small model with ``torchft.Manager`` over a ``ProcessGroupMonarch`` (or a
+native monarch group, ``ReplicaConfig.native``), heals
 through TorchFT's ``PGTransport`` (tagged send/recv on the same group), and
 talks to the parent over its own pipe (never a shared queue or lock, which
 a SIGKILLed process could leave held).
@@ -38,6 +39,9 @@ class ReplicaConfig:
     gate_step: int
     pg_timeout: timedelta = timedelta(seconds=10)
     heartbeat_timeout: timedelta = timedelta(seconds=3)
+    # The Manager's group: a ProcessGroupMonarch, or (torch >= 2.14) a native
+    # monarch group made with enable_reconfigure=True, with no wrapper.
+    native: bool = False
 
 
 def replica_main(replica: int, life: int, config: ReplicaConfig, conn: Any) -> None:
@@ -94,7 +98,23 @@ def _train(replica: int, life: int, config: ReplicaConfig, conn: Any) -> None:
     torch.set_num_threads(1)
     timeout = config.pg_timeout
     store = dist.TCPStore("localhost", 0, is_master=True, wait_for_workers=False)
-    pg = ProcessGroupMonarch(timeout=timeout, options=Options(heartbeat_timeout=config.heartbeat_timeout))
+    options = Options(heartbeat_timeout=config.heartbeat_timeout)
+    if config.native:
+        # The replicas of one TorchFT job name it by their Lighthouse: the
+        # group accepts the other replicas' handles for that.
+        os.environ["TORCHFT_LIGHTHOUSE"] = config.lighthouse
+        dist.init_process_group(
+            "monarch",
+            store=dist.PrefixStore("native", store),
+            rank=0,
+            world_size=1,
+            timeout=timeout,
+            pg_options=options,
+            enable_reconfigure=True,
+        )
+        pg = dist.group.WORLD
+    else:
+        pg = ProcessGroupMonarch(timeout=timeout, options=options)
 
     torch.manual_seed(42)  # same initial weights everywhere; the Manager syncs them anyway
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
@@ -148,4 +168,7 @@ def _train(replica: int, life: int, config: ReplicaConfig, conn: Any) -> None:
         conn.send(("done", replica, life, manager.current_step(), params))
     finally:
         manager.shutdown(wait=False)
-        pg.shutdown()
+        if config.native:
+            dist.destroy_process_group()
+        else:
+            pg.shutdown()
