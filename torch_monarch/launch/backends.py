@@ -15,7 +15,7 @@ from typing import Callable
 from torch_monarch.job.backend import JobBackend
 from torch_monarch.job.config import JobConfig
 from torch_monarch.launch.embedded import EmbeddedJob
-from torch_monarch.monarch.job import MonarchJob
+from torch_monarch.monarch.client import MonarchJob
 
 __all__ = ["BACKENDS", "make_backend", "stop_shielded"]
 

@@ -23,11 +23,11 @@ from torch_monarch.monarch._require import DEFAULT_SUPERVISION_POLL, MonarchUnav
 # Loaded on first use, after require_monarch(): without torchmonarch the
 # error names the extra to install instead of "No module named 'monarch'".
 _LAZY = {
-    "LighthouseActor": "torch_monarch.monarch.lighthouse",
-    "MonarchJob": "torch_monarch.monarch.job",
+    "LighthouseActor": "torch_monarch.monarch.lighthouse_actor",
+    "MonarchJob": "torch_monarch.monarch.client",
     "OrchestrationManager": "torch_monarch.monarch.orchestration",
-    "ReplicaActor": "torch_monarch.monarch.replica",
-    "ReplicaConfig": "torch_monarch.monarch.config",
+    "ReplicaActor": "torch_monarch.monarch.replica_actor",
+    "ReplicaConfig": "torch_monarch.monarch.messages",
     "TrainerActor": "torch_monarch.monarch.trainer",
 }
 

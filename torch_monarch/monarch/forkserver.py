@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
 from torch_monarch.monarch._forkserver_client import recv_exactly
-from torch_monarch.monarch.failure import exit_text
+from torch_monarch.monarch.mesh_failure import exit_text
 from torch_monarch.supervision.cuda_clean import import_cuda_clean
 from torch_monarch.supervision.preload import PreloadError
 

@@ -8,7 +8,7 @@ reaches this actor's ``__supervise__``; the project's
 the scheduler (a new ReplicaActor) or goes on without it while
 ``min_replicas`` remain, else the job fails.
 
-The client (:class:`~torch_monarch.monarch.job.MonarchJob`) polls
+The client (:class:`~torch_monarch.monarch.client.MonarchJob`) polls
 :meth:`poll` and finally calls :meth:`shutdown`.
 """
 
@@ -21,11 +21,11 @@ from typing import Optional
 from monarch.actor import Actor, MeshFailure, endpoint
 
 from torch_monarch.job.config import JobConfig
-from torch_monarch.monarch.config import OrchestrationStatus
+from torch_monarch.monarch.messages import OrchestrationStatus
 from torch_monarch.monarch.handles import ActorMesh, HostMesh, ProcMesh
 from torch_monarch.monarch.hosts import host_for
-from torch_monarch.monarch.lighthouse import LighthouseActor
-from torch_monarch.monarch.scheduler import ReplicaActorScheduler, replica_specs
+from torch_monarch.monarch.lighthouse_actor import LighthouseActor
+from torch_monarch.monarch.actor_scheduler import ReplicaActorScheduler, replica_specs
 from torch_monarch.supervision.orchestrator import Orchestrator
 from torch_monarch.supervision.policy import replacement_policy
 from torch_monarch.supervision.events import Event

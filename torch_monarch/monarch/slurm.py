@@ -4,7 +4,7 @@
 one SLURM job of ``nnodes`` nodes, each running a Monarch worker; the
 client (``monarch-run``) attaches to them and the OrchestrationManager, its
 Lighthouse and the replicas are spawned on the allocation's host mesh
-instead of ``this_host()`` (:class:`~torch_monarch.monarch.job.MonarchJob`).
+instead of ``this_host()`` (:class:`~torch_monarch.monarch.client.MonarchJob`).
 
 torchmonarch 0.7.0 reads its job from ``squeue --job ID --json`` in the
 schema of SLURM 23.11+: the first job listed, its nodes in

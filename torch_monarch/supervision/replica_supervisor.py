@@ -2,7 +2,7 @@
 
 The embedded orchestrator runs a replica's workers with torchrun's elastic
 agent (:class:`~torch_monarch.supervision.agent.MonarchAgent`); the Monarch
-orchestrator with a trainer mesh (:class:`~torch_monarch.monarch.replica.ReplicaActor`).
+orchestrator with a trainer mesh (:class:`~torch_monarch.monarch.replica_actor.ReplicaActor`).
 Both hand everything that supervising a replica means to this class:
 
 * the restart decision: restart in place while the :class:`RestartPolicy`

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from torch_monarch.job.config import JobConfig
-from torch_monarch.monarch.config import ReplicaConfig
+from torch_monarch.monarch.messages import ReplicaConfig
 from torch_monarch.monarch.handles import ActorMesh, HostMesh, ProcMesh
 from torch_monarch.monarch.hosts import host_for
-from torch_monarch.monarch.replica import ReplicaActor
+from torch_monarch.monarch.replica_actor import ReplicaActor
 from torch_monarch.supervision.failure import Failure, FailureKind
 from torch_monarch.supervision.rundir import RunDir
 from torch_monarch.supervision.states import SupervisorState

@@ -36,8 +36,8 @@ from typing import Any, Optional
 from monarch.actor import Actor, MeshFailure, endpoint, this_host
 from monarch.spmd import setup_torch_elastic_env_async
 
-from torch_monarch.monarch.config import ReplicaConfig
-from torch_monarch.monarch.failure import crashed_ranks, exit_text, trainer_failure
+from torch_monarch.monarch.messages import ReplicaConfig
+from torch_monarch.monarch.mesh_failure import crashed_ranks, exit_text, trainer_failure
 from torch_monarch.monarch.forkserver import ProcForkserver
 from torch_monarch.monarch.handles import ActorMesh, ProcMesh
 from torch_monarch.monarch.trainer import TrainerActor

@@ -15,7 +15,7 @@ from typing import Callable, Optional
 
 from torch_monarch.job.config import JobConfig
 from torch_monarch.monarch._require import require_monarch
-from torch_monarch.monarch.config import OrchestrationStatus
+from torch_monarch.monarch.messages import OrchestrationStatus
 from torch_monarch.monarch.handles import ActorMesh, HostAllocation, HostMesh, ProcMesh
 from torch_monarch.supervision.events import Event
 from torch_monarch.supervision.failure import Failure
@@ -60,7 +60,7 @@ class MonarchJob:
         self._allocation: Optional[HostAllocation] = None  # under --scheduler slurm or kubernetes
 
     def dryrun(self) -> str:
-        from torch_monarch.monarch.scheduler import ReplicaActorScheduler, replica_specs
+        from torch_monarch.monarch.actor_scheduler import ReplicaActorScheduler, replica_specs
 
         self._check_scheduler()
         lighthouse = self.lighthouse_address or f"a LighthouseActor (min_replicas {self.config.lighthouse.min_replicas})"
