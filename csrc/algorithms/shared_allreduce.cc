@@ -5,8 +5,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
-#include <exception>
-#include <mutex>
 #include <vector>
 
 #include "algorithms/agreement.h"
@@ -56,26 +54,11 @@ class TiledRound {
         tiles_((count + tileCount_ - 1) / tileCount_) {}
 
   void run(HelperPool* helpers) {
-    auto work = [this](size_t) {
-      try {
-        publish();
-        reduce();
-        collect();
-      } catch (...) {
-        std::lock_guard<std::mutex> guard(failureMutex_);
-        if (!failure_) {
-          failure_ = std::current_exception();
-        }
-      }
-    };
-    if (helpers) {
-      helpers->run(static_cast<size_t>(helpers->threads()), work);
-    } else {
-      work(0);
-    }
-    if (failure_) {
-      std::rethrow_exception(failure_);
-    }
+    runOnEveryThread(helpers, [this](size_t) {
+      publish();
+      reduce();
+      collect();
+    });
   }
 
  private:
@@ -191,8 +174,6 @@ class TiledRound {
   const size_t tiles_;
   std::atomic<size_t> nextPublish_{0};
   std::atomic<size_t> nextCollect_{0};
-  std::mutex failureMutex_;
-  std::exception_ptr failure_;
 };
 
 } // namespace

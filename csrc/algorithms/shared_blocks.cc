@@ -16,9 +16,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
-#include <exception>
 #include <functional>
-#include <mutex>
 #include <vector>
 
 #include "algorithms/agreement.h"
@@ -56,39 +54,24 @@ class TileExchange {
       : regions_(regions), n_(n), rank_(rank), tiles_(tiles), stamp_(regions.rounds + 1) {}
 
   void run(HelperPool* helpers, const std::function<void(size_t)>& publish, const std::function<void(size_t)>& take) {
-    auto work = [&](size_t) {
-      try {
-        for (size_t tile = nextPublish_++; tile < tiles_; tile = nextPublish_++) {
-          publish(tile);
-          regions_.published(rank_, tile).store(stamp_, std::memory_order_release);
-        }
-        for (size_t tile = nextTake_++; tile < tiles_; tile = nextTake_++) {
-          for (int peer = 0; peer < n_; ++peer) {
-            if (peer != rank_) {
-              // A later stamp: the peer has gone on to the next round, which
-              // it starts only once it has published all of this one.
-              regions_.await(
-                  regions_.published(peer, tile), [this](uint64_t seen) { return seen >= stamp_; },
-                  [peer](uint64_t) { return peer; });
-            }
-          }
-          take(tile);
-        }
-      } catch (...) {
-        std::lock_guard<std::mutex> guard(failureMutex_);
-        if (!failure_) {
-          failure_ = std::current_exception();
-        }
+    runOnEveryThread(helpers, [&](size_t) {
+      for (size_t tile = nextPublish_++; tile < tiles_; tile = nextPublish_++) {
+        publish(tile);
+        regions_.published(rank_, tile).store(stamp_, std::memory_order_release);
       }
-    };
-    if (helpers) {
-      helpers->run(static_cast<size_t>(helpers->threads()), work);
-    } else {
-      work(0);
-    }
-    if (failure_) {
-      std::rethrow_exception(failure_);
-    }
+      for (size_t tile = nextTake_++; tile < tiles_; tile = nextTake_++) {
+        for (int peer = 0; peer < n_; ++peer) {
+          if (peer != rank_) {
+            // A later stamp: the peer has gone on to the next round, which
+            // it starts only once it has published all of this one.
+            regions_.await(
+                regions_.published(peer, tile), [this](uint64_t seen) { return seen >= stamp_; },
+                [peer](uint64_t) { return peer; });
+          }
+        }
+        take(tile);
+      }
+    });
   }
 
  private:
@@ -99,8 +82,6 @@ class TileExchange {
   const uint64_t stamp_;
   std::atomic<size_t> nextPublish_{0};
   std::atomic<size_t> nextTake_{0};
-  std::mutex failureMutex_;
-  std::exception_ptr failure_;
 };
 
 } // namespace

@@ -1,5 +1,7 @@
 #include "common/helper_pool.h"
 
+#include <exception>
+
 namespace monarch {
 
 HelperPool::~HelperPool() {
@@ -64,6 +66,29 @@ void HelperPool::helperLoop() {
     if (--busy_ == 0) {
       finished_.notify_all();
     }
+  }
+}
+
+void runOnEveryThread(HelperPool* helpers, const std::function<void(size_t)>& work) {
+  std::mutex mutex;
+  std::exception_ptr failure;
+  auto guarded = [&](size_t i) {
+    try {
+      work(i);
+    } catch (...) {
+      std::lock_guard<std::mutex> guard(mutex);
+      if (!failure) {
+        failure = std::current_exception();
+      }
+    }
+  };
+  if (helpers) {
+    helpers->run(static_cast<size_t>(helpers->threads()), guarded);
+  } else {
+    guarded(0);
+  }
+  if (failure) {
+    std::rethrow_exception(failure);
   }
 }
 

@@ -50,4 +50,10 @@ class HelperPool {
   std::vector<std::thread> helpers_;
 };
 
+// Runs work(i) once on every thread of `helpers` (the caller included), or
+// once on the caller where there is no pool, for loops in which each thread
+// claims its own share. The first exception any thread threw is rethrown on
+// the caller once all have finished, so none is left running.
+void runOnEveryThread(HelperPool* helpers, const std::function<void(size_t)>& work);
+
 } // namespace monarch
