@@ -100,13 +100,17 @@ def test_the_check_refuses_the_module_that_initialised_the_driver(modules: Path)
     assert "IMPORTED AFTER False" in result.stdout  # nothing after the refused module
 
 
-def test_monarch_run_refuses_the_preload_and_starts_no_worker(modules: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("orchestrator", ["embedded", "monarch"])
+def test_monarch_run_refuses_the_preload_and_starts_no_worker(modules: Path, tmp_path: Path, orchestrator: str) -> None:
+    if orchestrator == "monarch":
+        pytest.importorskip("monarch.actor")
     ran = tmp_path / "worker_ran"
     script = tmp_path / "train.py"
     script.write_text(f"open({str(ran)!r}, 'w').close()\n")
     command = [sys.executable, "-m", "torch_monarch.run", "--replicas", "2", "--nproc-per-node", "1",
                "--max-restarts", "1", "--replace-replicas", "0", "--status", "none", "--run-dir", str(tmp_path / "run"),
-               "--preload", "loads_driver,initialises_cuda", str(script)]  # fmt: skip
+               "--orchestrator", orchestrator, "--preload", "loads_driver,initialises_cuda", str(script)]  # fmt: skip
+    # Well inside the bound: a refused replica ends the job at once (it held it until timeout under Monarch once).
     result = run_bounded(command, 150, _env(modules))
     assert result.returncode != 0, result.stdout
     assert "preload module 'initialises_cuda' initialised CUDA" in result.stdout, result.stdout[-3000:]
@@ -125,6 +129,24 @@ def test_the_monarch_replicas_forkserver_refuses_the_preload(modules: Path, monk
     finally:
         server.stop()
     assert server.pid is None
+
+
+def test_the_monarch_replicas_forkserver_preloads_in_the_jobs_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Preload modules read the job's settings (the demo's warm-up its device) as the workers will."""
+    from torch_monarch.monarch.forkserver import ProcForkserver
+
+    (tmp_path / "reads_env.py").write_text(
+        "import os\nopen(os.environ['SEEN_PATH'], 'w').write(os.environ.get('MONARCH_DEMO_DEVICE', 'unset'))\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}:{repo_env()['PYTHONPATH']}")
+    monkeypatch.delenv("MONARCH_DEMO_DEVICE", raising=False)
+    seen = tmp_path / "seen"
+    server = ProcForkserver(["reads_env"], env={"MONARCH_DEMO_DEVICE": "cuda", "SEEN_PATH": str(seen)})
+    try:
+        asyncio.run(server.start())
+    finally:
+        server.stop()
+    assert seen.read_text() == "cuda"
 
 
 def test_demo_with_device_cuda_stops_before_training(tmp_path: Path) -> None:

@@ -75,8 +75,11 @@ class ReplicaActorScheduler(Scheduler):
     async def _watch(self, handle: str, allocation: _Allocation) -> None:
         try:
             state = await allocation.actor.run.call_one()
-        except Exception as e:  # noqa: BLE001 - an escalation also arrives through __supervise__
-            logger.info("replica %s: run ended: %s", allocation.replica_id, e)
+        except Exception as e:  # noqa: BLE001 - the ReplicaActor's proc died, or its run raised
+            # A dead proc also reaches __supervise__; a run that raised (its actor alive) reaches
+            # nothing else, and a replica left RUNNING would hold the job until it times out.
+            logger.warning("replica %s: run ended: %s", allocation.replica_id, e)
+            self.escalated(handle, f"the ReplicaActor's run failed: {e}")
             return
         if state == SupervisorState.SUCCEEDED and allocation.state == ReplicaState.RUNNING:
             allocation.state = ReplicaState.SUCCEEDED

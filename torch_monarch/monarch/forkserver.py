@@ -48,7 +48,7 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Mapping, Optional, Sequence, Union
 
 from torch_monarch.monarch._forkserver_client import recv_exactly
 from torch_monarch.monarch.mesh_failure import exit_text
@@ -71,8 +71,11 @@ _REFUSED = "refused: "
 class ProcForkserver:
     """One replica's forkserver process; see the module docstring."""
 
-    def __init__(self, preload: Sequence[str]) -> None:
+    def __init__(self, preload: Sequence[str], env: Optional[Mapping[str, str]] = None) -> None:
         self.preload = tuple(preload)
+        # The job's environment over this proc's: preload modules read their settings from it at
+        # import (the demo's warm-up skips its CPU step on --device cuda), as the workers will.
+        self.env = {**os.environ, **(env or {})}
         self._dir = tempfile.mkdtemp(prefix="monarch-forkserver-")
         self.socket_path = os.path.join(self._dir, "socket")
         self._exits = os.path.join(self._dir, "exits")
@@ -85,7 +88,9 @@ class ProcForkserver:
     async def start(self) -> None:
         """Starts the server and returns once it has imported ``preload`` and listens."""
         process = self._process = subprocess.Popen(
-            [sys.executable, "-m", __name__, self.socket_path, self._exits, str(os.getpid()), *self.preload], stdout=subprocess.PIPE
+            [sys.executable, "-m", __name__, self.socket_path, self._exits, str(os.getpid()), *self.preload],
+            stdout=subprocess.PIPE,
+            env=self.env,
         )
         assert process.stdout is not None
         try:

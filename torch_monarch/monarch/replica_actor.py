@@ -43,6 +43,7 @@ from torch_monarch.monarch.handles import ActorMesh, ProcMesh
 from torch_monarch.monarch.trainer import TrainerActor
 from torch_monarch.supervision.events import Event
 from torch_monarch.supervision.failure import Failure, root_cause
+from torch_monarch.supervision.preload import PreloadError
 from torch_monarch.supervision.probes import process_state
 from torch_monarch.supervision.replica_supervisor import ReplicaSupervisor, kill_worker
 from torch_monarch.supervision.rundir import RunDir, read_json
@@ -106,7 +107,7 @@ class ReplicaActor(Actor):
         self._meshes = 0
         self._gone_since: dict[int, float] = {}
         self._zombie_text: dict[int, str] = {}
-        self._forkserver = ProcForkserver(config.job.trainer.standby_imports)
+        self._forkserver = ProcForkserver(config.job.trainer.standby_imports, env=config.job.worker_env())
 
     # -- meshes -----------------------------------------------------------
 
@@ -262,7 +263,13 @@ class ReplicaActor(Actor):
         """Starts the first attempt and returns when the replica has finished ("succeeded")."""
         self._finished = asyncio.Event()
         asyncio.ensure_future(self._probe_loop())
-        await self._forkserver.start()
+        try:
+            await self._forkserver.start()
+        except PreloadError as e:
+            # As under the embedded orchestrator: the replica escalates, no trainer starts.
+            self.state = SupervisorState.FAILED
+            self.supervisor.refuse_preload(e)
+            return self.state.value
         self.supervisor.event(Event.FORKSERVER_READY, pid=self._forkserver.pid)
         first, standby = await asyncio.gather(self._spawn(0), self._spawn(1))
         self._standby = asyncio.get_running_loop().create_future()

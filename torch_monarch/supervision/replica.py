@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -25,7 +24,6 @@ from typing import Any, Callable, Optional, Sequence, Union
 
 from torch_monarch._config import coerce_durations
 from torch_monarch.supervision.events import Event
-from torch_monarch.supervision.failure import Failure, FailureKind
 from torch_monarch.supervision.policy import RestartPolicy
 from torch_monarch.supervision.preload import PreloadError, start_forkserver
 from torch_monarch.supervision.probes import HangConfig
@@ -89,17 +87,7 @@ def _plain_torch_log_format() -> None:
 
 def _refuse_preload(supervisor: ReplicaSupervisor, error: PreloadError) -> int:
     """Escalates a refused preload as the replica's failure: no worker started."""
-    now = time.time()
-    failure = Failure(
-        who=f"replica {supervisor.replica_id} / forkserver",
-        kind=FailureKind.EXCEPTION,
-        time=now,
-        message=str(error),
-        replica_id=supervisor.replica_id,
-        error_type=type(error).__name__,
-        detected_at=now,
-    )
-    supervisor.escalate(failure, {})
+    supervisor.refuse_preload(error)
     print(f"replica {supervisor.replica_id}: {error}", file=sys.stderr)
     return EXIT_ESCALATED
 

@@ -224,6 +224,20 @@ class ReplicaSupervisor(Supervisor):
         now = time.time()
         return Failure(who=f"replica {self.replica_id}", kind=kind, time=now, message=message, replica_id=self.replica_id, detected_at=now)
 
+    def refuse_preload(self, error: Exception) -> Failure:
+        """Escalates a forkserver that refused its preload: no worker started, and none can as configured."""
+        now = time.time()
+        failure = Failure(
+            who=f"replica {self.replica_id} / forkserver",
+            kind=FailureKind.EXCEPTION,
+            time=now,
+            message=str(error),
+            replica_id=self.replica_id,
+            error_type=type(error).__name__,
+            detected_at=now,
+        )
+        return self.escalate(failure, {})
+
     def detected(self, failure: Failure, **fields: Any) -> None:
         """Logs and records (``detected`` event) the replica's failure, as assembled."""
         logger.error("replica %s: %s", self.replica_id, failure.describe())
