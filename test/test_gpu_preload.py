@@ -118,6 +118,30 @@ def test_monarch_run_refuses_the_preload_and_starts_no_worker(modules: Path, tmp
     assert not ran.exists()
 
 
+def test_a_preload_whose_import_hangs_is_refused_within_the_bound(tmp_path: Path) -> None:
+    (tmp_path / "hangs_on_import.py").write_text("import threading\nthreading.Event().wait()\n")
+    code = textwrap.dedent(
+        """
+        import os, signal, time
+        from torch_monarch.supervision.preload import PreloadError, _server_pid, start_forkserver
+        started = time.monotonic()
+        try:
+            start_forkserver(["json", "hangs_on_import"], timeout=3)
+        except PreloadError as e:
+            print("REFUSED", e, "after %.1f s" % (time.monotonic() - started))
+        pid = _server_pid()
+        status = os.waitpid(pid, 0)[1]  # the server is this process's child
+        print("SERVER", "killed" if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL else status)
+        """
+    )
+    env = repo_env()
+    env["PYTHONPATH"] = f"{tmp_path}:{env['PYTHONPATH']}"
+    result = run_bounded([sys.executable, "-c", code], 60, env)
+    assert result.returncode == 0, result.stdout
+    assert "REFUSED the workers' forkserver did not finish importing its preload within 3 s" in result.stdout, result.stdout
+    assert "SERVER killed" in result.stdout
+
+
 def test_the_monarch_replicas_forkserver_refuses_the_preload(modules: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from torch_monarch.monarch.forkserver import ProcForkserver
 

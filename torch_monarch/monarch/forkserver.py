@@ -53,15 +53,13 @@ from typing import Any, Mapping, Optional, Sequence, Union
 from torch_monarch.monarch._forkserver_client import recv_exactly
 from torch_monarch.monarch.mesh_failure import exit_text
 from torch_monarch.supervision.cuda_clean import import_cuda_clean
-from torch_monarch.supervision.preload import PreloadError
+from torch_monarch.supervision.preload import FORKSERVER_START_TIMEOUT_S, PreloadError
 
 __all__ = ["ProcForkserver"]
 
 logger: logging.Logger = logging.getLogger(__name__)
 
 _CLIENT = Path(__file__).with_name("_forkserver_client.py")
-#: how long starting the forkserver (importing its modules) may take
-_START_TIMEOUT_S = 300.0
 _REQUEST_TIMEOUT_S = 10.0
 _MAX_REQUEST = 16 << 20
 #: the server's first line when it refused its preload (instead of "ready")
@@ -94,7 +92,7 @@ class ProcForkserver:
         )
         assert process.stdout is not None
         try:
-            line = await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(None, process.stdout.readline), _START_TIMEOUT_S)
+            line = await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(None, process.stdout.readline), FORKSERVER_START_TIMEOUT_S)
         except asyncio.TimeoutError:
             line = b"timed out"
         if line.strip() != b"ready":

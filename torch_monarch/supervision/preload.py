@@ -14,16 +14,20 @@ from __future__ import annotations
 import multiprocessing
 import multiprocessing.forkserver
 import os
+import signal
 import tempfile
+import threading
 from typing import Optional, Sequence
 
-__all__ = ["PRELOAD_ENV", "PreloadError", "VERDICT_ENV", "base_preload", "start_forkserver"]
+__all__ = ["FORKSERVER_START_TIMEOUT_S", "PRELOAD_ENV", "PreloadError", "VERDICT_ENV", "base_preload", "start_forkserver"]
 
 #: the modules the server imports (comma-separated), read by ``_forkserver_preload``
 PRELOAD_ENV = "MONARCH_FORKSERVER_PRELOAD"
 #: where the server writes why it refused its preload
 VERDICT_ENV = "MONARCH_FORKSERVER_VERDICT"
 _PRELOAD_MODULE = "torch_monarch.supervision._forkserver_preload"
+#: how long a forkserver (either orchestrator's) may take to import its preload before it counts as hung
+FORKSERVER_START_TIMEOUT_S = 300.0
 
 
 class PreloadError(RuntimeError):
@@ -40,10 +44,45 @@ def base_preload(extra: Sequence[str]) -> list[str]:
     return modules + [m for m in extra if m not in modules]
 
 
-def start_forkserver(modules: Sequence[str]) -> Optional[int]:
+def _server_pid() -> Optional[int]:
+    return getattr(multiprocessing.forkserver._forkserver, "_forkserver_pid", None)
+
+
+def _fork_probe(timeout: float) -> None:
+    """Forks one no-op process from the server; returns once the server imported its preload and forked it.
+
+    Raises OSError/EOFError when the server ended (it refused its preload),
+    and PreloadError when it has not answered within ``timeout`` (a module
+    whose import hangs): the server is then killed.
+    """
+    probe = multiprocessing.get_context("forkserver").Process(target=int, name="forkserver-probe")
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def fork() -> None:
+        try:
+            probe.start()
+            probe.join()
+        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+            errors.append(e)
+        finally:
+            done.set()
+
+    threading.Thread(target=fork, name="forkserver-probe", daemon=True).start()
+    if not done.wait(timeout):
+        pid = _server_pid()
+        if pid is not None:
+            os.kill(pid, signal.SIGKILL)  # the probe's thread then sees the connection end
+        raise PreloadError(f"the workers' forkserver did not finish importing its preload within {timeout:.0f} s")
+    if errors:
+        raise errors[0]
+
+
+def start_forkserver(modules: Sequence[str], timeout: float = FORKSERVER_START_TIMEOUT_S) -> Optional[int]:
     """Starts this process's forkserver with ``modules`` imported; returns its pid.
 
-    Raises :class:`PreloadError` when the server refused the preload.
+    Raises :class:`PreloadError` when the server refused the preload, or
+    had not imported it after ``timeout`` seconds.
     """
     fd, verdict = tempfile.mkstemp(prefix="monarch-forkserver-verdict-")
     os.close(fd)
@@ -51,14 +90,12 @@ def start_forkserver(modules: Sequence[str]) -> Optional[int]:
     os.environ[VERDICT_ENV] = verdict
     multiprocessing.set_forkserver_preload([_PRELOAD_MODULE])
     try:
-        probe = multiprocessing.get_context("forkserver").Process(target=int, name="forkserver-probe")
         try:
-            probe.start()
-            probe.join()
+            _fork_probe(timeout)
         except (OSError, EOFError) as e:
             with open(verdict) as f:
                 reason = f.read() or f"{type(e).__name__}: {e}"
             raise PreloadError(f"the workers' forkserver refused its preload ({', '.join(modules)}): {reason}") from None
     finally:
         os.unlink(verdict)
-    return getattr(multiprocessing.forkserver._forkserver, "_forkserver_pid", None)
+    return _server_pid()
