@@ -200,6 +200,8 @@ class MonarchBackend : public c10d::Backend {
     // next reconfigure so that they answer the members still asking who had
     // started them.
     std::vector<uint64_t> unconfirmed;
+    // The members' endpoints, in rank order.
+    std::vector<uint64_t> members;
   };
 
   BackendOptions options_;

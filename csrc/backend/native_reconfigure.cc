@@ -18,6 +18,7 @@
 #include "common/logging.h"
 #include "common/op_failure.h"
 #include "contract/errors.h"
+#include "contract/member_change.h"
 #include "transport/handle_rendezvous.h"
 #include "transport/store_rendezvous.h"
 
@@ -83,7 +84,7 @@ c10::intrusive_ptr<MonarchBackend> MonarchBackend::createReconfigurable(
   membership.connections.resize(1);
   std::string host = membership.fabric->listenHost();
   auto backend = c10::make_intrusive<MonarchBackend>(std::move(membership), options);
-  backend->reconfigurable_ = std::make_unique<Reconfigurable>(Reconfigurable{token, groupName, {}, {}});
+  backend->reconfigurable_ = std::make_unique<Reconfigurable>(Reconfigurable{token, groupName, {}, {}, {endpointId}});
   backend->device_.bind({nullptr, 0, 1, groupName + "/single", options.timeout, options.gpuTransport, host});
   MONARCH_LOG(kInfo) << "rank " << rank << "/" << size << " made reconfigurable group '" << groupName << "' at "
                      << backend->fabric_->listenAddress();
@@ -194,9 +195,15 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::reconfigure(const c10d::Reconfigu
             unconfirmed.message);
   }
   rebind(std::move(membership), opts.uuid);
-  device_.rebind({nullptr, rank, static_cast<int>(members.size()),
-                  reconfigurable_->groupName + "/" + std::to_string(opts.uuid), std::chrono::milliseconds(timeoutMs_.load()),
-                  options_.gpuTransport, fabric_->listenHost()});
+  std::vector<uint64_t> memberEndpoints;
+  for (const auto& member : members) {
+    memberEndpoints.push_back(member.endpointId);
+  }
+  device_.rebind(
+      {nullptr, rank, static_cast<int>(members.size()), reconfigurable_->groupName + "/" + std::to_string(opts.uuid),
+       std::chrono::milliseconds(timeoutMs_.load()), options_.gpuTransport, fabric_->listenHost()},
+      gpu::membersThatLeft(reconfigurable_->members, memberEndpoints));
+  reconfigurable_->members = std::move(memberEndpoints);
   MONARCH_LOG(kInfo) << what << ": rank " << rank << " of " << members.size() << ", "
                      << fabric_->connectionCount() << " live connections on the endpoint";
   auto work = c10::make_intrusive<MonarchWork>(rank, c10d::OpType::UNKNOWN, 0, std::vector<at::Tensor>(), timeout);
