@@ -38,6 +38,21 @@ NATIVE_GROUPS = hasattr(dist.ProcessGroup, "reconfigure") and _C.NATIVE_RECONFIG
 if NATIVE_GROUPS:
     GROUP_FACTORIES["NativeMonarch"] = native_monarch_group
 
+# TorchFT's DiLoCo integration tests taken (LocalSGDIntegTest). Two of the
+# twelve cases of upscale and commit failure each (1 fragment, no delay, alpha
+# 0; 2 fragments, delay 1, alpha 1): the others vary the same settings. On a
+# loaded machine the upscale test can race (seen here: the late replica missed
+# the others' quorum, before its group formed, and waited out TorchFT's 10 s
+# quorum timeout).
+DILOCO_TESTS = [
+    "test_diloco_healthy",
+    "test_diloco_recovery",
+    "test_streaming_diloco_recovery",
+    "test_streaming_diloco_upscale_00",
+    "test_streaming_diloco_upscale_11",
+    "test_streaming_diloco_commit_failure_00",
+    "test_streaming_diloco_commit_failure_11",
+]
 _DILOCO_WRAPS = (
     "DiLoCo's trainer (torchft/_test/diloco_trainer.py) wraps the group in FakeProcessGroupWrapper, whose "
     "reconfigure forms TorchFT ProcessGroups only (any other group it aborts and remakes with _create_pg, which "
@@ -50,18 +65,7 @@ NATIVE_LEFT_OUT: dict[str, str] = {
     "c10d groups do not have (they are registered by init_process_group / new_group)",
     "test_rendezvous": "it tests TorchFT's own handles (JSON naming a store, set_rank_info, _handle_id()); a native "
     "group's handle is the backend's (monarch: its endpoint)",
-    **{
-        test: _DILOCO_WRAPS
-        for test in (
-            "test_diloco_healthy",
-            "test_diloco_recovery",
-            "test_streaming_diloco_recovery",
-            "test_streaming_diloco_upscale_00",
-            "test_streaming_diloco_upscale_11",
-            "test_streaming_diloco_commit_failure_00",
-            "test_streaming_diloco_commit_failure_11",
-        )
-    },
+    **{test: _DILOCO_WRAPS for test in DILOCO_TESTS},
 }
 # Parameterized cases likewise (test_collective_<n>_<case>).
 NATIVE_CASES_LEFT_OUT: dict[str, str] = {
@@ -94,18 +98,7 @@ SUITES: list[tuple[str, str, list[str]]] = [
         "LocalSGDIntegTest",
         [
             "test_local_sgd_recovery",
-            "test_diloco_healthy",
-            "test_diloco_recovery",
-            "test_streaming_diloco_recovery",
-            # Two of the twelve cases each (1 fragment, no delay, alpha 0; 2
-            # fragments, delay 1, alpha 1): the others vary the same settings.
-            # On a loaded machine the upscale test can race (seen here: the
-            # late replica missed the others' quorum, before its group formed,
-            # and waited out TorchFT's 10 s quorum timeout).
-            "test_streaming_diloco_upscale_00",
-            "test_streaming_diloco_upscale_11",
-            "test_streaming_diloco_commit_failure_00",
-            "test_streaming_diloco_commit_failure_11",
+            *DILOCO_TESTS,
         ],
     ),
 ]
