@@ -41,14 +41,24 @@ class NativeBench:
 
 
 class _Control:
-    """Barriers, handle exchange and result gathering over the run's FileStore."""
+    """Barriers, handle exchange and result gathering over a TCPStore that rank 0
+    hosts. Not the run's FileStore: its wait polls every 10 ms, so ranks left a
+    barrier up to 10 ms apart, and the first to start a reconfigure waited that
+    long for the last (the ~10 ms every multi-member row used to show)."""
 
     def __init__(self, ctx: WorkerContext) -> None:
         import torch.distributed as dist
 
         self.rank = ctx.rank
         self.world = ctx.world_size
-        self.store = dist.FileStore(ctx.aux_store_path, ctx.world_size)
+        meeting = dist.FileStore(ctx.aux_store_path, ctx.world_size)
+        if ctx.rank == 0:
+            self.store = dist.TCPStore("localhost", 0, is_master=True, wait_for_workers=False, timeout=TIMEOUT)
+            meeting.set("control_port", str(self.store.port))
+        else:
+            meeting.wait(["control_port"], TIMEOUT)
+            port = int(meeting.get("control_port"))
+            self.store = dist.TCPStore("localhost", port, is_master=False, wait_for_workers=False, timeout=TIMEOUT)
         self._rounds = 0
 
     def _key(self, name: str) -> str:

@@ -7,7 +7,11 @@ integration tests (recovery, streaming DiLoCo, upscale, commit failure).
 
 ``GROUP_FACTORIES`` names the groups under test; a group that TorchFT's
 Manager accepts and that can be made as ``factory()`` or
-``factory(timeout=...)`` can be added there.
+``factory(timeout=...)`` can be added there. With torch >= 2.14 (CI's second
+stack) it holds a native monarch group too: a c10d ``ProcessGroup`` around a
+monarch backend made with ``enable_reconfigure=True`` (test/support/
+native_monarch.py), which runs every suite except the tests in
+``NATIVE_LEFT_OUT``.
 """
 
 from __future__ import annotations
@@ -18,13 +22,55 @@ from typing import Any
 from unittest import TestCase
 
 import pytest
+import torch
+import torch.distributed as dist
 
+from native_monarch import native_monarch_group
+from torch_monarch import _C
 from torch_monarch.torchft import ProcessGroupMonarch
 from torchft_suites import adopt, GroupFactory
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.newest_stack]
 
 GROUP_FACTORIES: dict[str, GroupFactory] = {"Monarch": ProcessGroupMonarch}
+# c10d's native reconfigure: torch >= 2.14, and torch_monarch built against it.
+NATIVE_GROUPS = hasattr(dist.ProcessGroup, "reconfigure") and _C.NATIVE_RECONFIGURE
+if NATIVE_GROUPS:
+    GROUP_FACTORIES["NativeMonarch"] = native_monarch_group
+
+# TorchFT's DiLoCo integration tests taken (LocalSGDIntegTest). Two of the
+# twelve cases of upscale and commit failure each (1 fragment, no delay, alpha
+# 0; 2 fragments, delay 1, alpha 1): the others vary the same settings. On a
+# loaded machine the upscale test can race (seen here: the late replica missed
+# the others' quorum, before its group formed, and waited out TorchFT's 10 s
+# quorum timeout).
+DILOCO_TESTS = [
+    "test_diloco_healthy",
+    "test_diloco_recovery",
+    "test_streaming_diloco_recovery",
+    "test_streaming_diloco_upscale_00",
+    "test_streaming_diloco_upscale_11",
+    "test_streaming_diloco_commit_failure_00",
+    "test_streaming_diloco_commit_failure_11",
+]
+_DILOCO_WRAPS = (
+    "DiLoCo's trainer (torchft/_test/diloco_trainer.py) wraps the group in FakeProcessGroupWrapper, whose "
+    "reconfigure forms TorchFT ProcessGroups only (any other group it aborts and remakes with _create_pg, which "
+    "raises NotImplementedError)"
+)
+# Tests that need a TorchFT ProcessGroup, not any group the Manager accepts.
+NATIVE_LEFT_OUT: dict[str, str] = {
+    "test_gloo_apis": "it calls broadcast_one, a method of TorchFT's ProcessGroup that c10d's ProcessGroup does not have",
+    "test_functional_collectives": "it registers the group with TorchFT's ProcessGroup.register(), which native "
+    "c10d groups do not have (they are registered by init_process_group / new_group)",
+    "test_rendezvous": "it tests TorchFT's own handles (JSON naming a store, set_rank_info, _handle_id()); a native "
+    "group's handle is the backend's (monarch: its endpoint)",
+    **{test: _DILOCO_WRAPS for test in DILOCO_TESTS},
+}
+# Parameterized cases likewise (test_collective_<n>_<case>).
+NATIVE_CASES_LEFT_OUT: dict[str, str] = {
+    "broadcast_one": "broadcast_one is a method of TorchFT's ProcessGroup that c10d's ProcessGroup does not have",
+}
 
 # (TorchFT test module, TestCase, tests taken with their parameterized
 # expansions). Left out: tests of TorchFT's other groups
@@ -52,18 +98,7 @@ SUITES: list[tuple[str, str, list[str]]] = [
         "LocalSGDIntegTest",
         [
             "test_local_sgd_recovery",
-            "test_diloco_healthy",
-            "test_diloco_recovery",
-            "test_streaming_diloco_recovery",
-            # Two of the twelve cases each (1 fragment, no delay, alpha 0; 2
-            # fragments, delay 1, alpha 1): the others vary the same settings.
-            # On a loaded machine the upscale test can race (seen here: the
-            # late replica missed the others' quorum, before its group formed,
-            # and waited out TorchFT's 10 s quorum timeout).
-            "test_streaming_diloco_upscale_00",
-            "test_streaming_diloco_upscale_11",
-            "test_streaming_diloco_commit_failure_00",
-            "test_streaming_diloco_commit_failure_11",
+            *DILOCO_TESTS,
         ],
     ),
 ]
@@ -100,7 +135,21 @@ def _suite_classes() -> dict[str, Any]:
             continue
         for group, factory in GROUP_FACTORIES.items():
             name = f"{class_name}With{group}"
-            classes[name] = adopt(getattr(module, class_name), tests, factory, name)
+            taken, cases_left_out = tests, ()
+            if factory is native_monarch_group:
+                taken = [test for test in tests if test not in NATIVE_LEFT_OUT]
+                cases_left_out = tuple(NATIVE_CASES_LEFT_OUT)
+                for test in sorted(set(tests) - set(taken)):
+                    classes[f"{name}_{test}"] = _skipped(f"{test} with a native group: {NATIVE_LEFT_OUT[test]}")
+            classes[name] = adopt(getattr(module, class_name), taken, factory, name, cases_left_out)
+    if NATIVE_GROUPS:
+        for case, reason in NATIVE_CASES_LEFT_OUT.items():
+            classes[f"NativeMonarch_{case}"] = _skipped(f"the {case} cases with a native group: {reason}")
+    if not NATIVE_GROUPS:
+        classes["NativeMonarchGroups"] = _skipped(
+            f"native monarch groups need torch >= 2.14 and torch_monarch built against it (this is torch "
+            f"{torch.__version__})"
+        )
     return classes
 
 

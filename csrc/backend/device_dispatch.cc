@@ -15,7 +15,7 @@ void DeviceDispatch::bind(gpu::DeviceGroup group) {
   group_ = std::move(group);
 }
 
-void DeviceDispatch::rebind(gpu::DeviceGroup group) {
+void DeviceDispatch::rebind(gpu::DeviceGroup group, const std::optional<std::vector<int64_t>>& left) {
   c10::intrusive_ptr<c10d::Backend> previous;
   {
     std::lock_guard<std::mutex> creating(createMutex_);
@@ -24,10 +24,18 @@ void DeviceDispatch::rebind(gpu::DeviceGroup group) {
     stopped_ = false;
     shrinks_ = 0;
   }
+  c10::intrusive_ptr<c10d::Backend> shrunk;
+  if (previous && left) {
+    // SHRINK_ABORT: the previous membership's ops have failed, and those
+    // who left may be dead.
+    shrunk = gpu::shrinkDeviceBackend(*previous, group, *left, /*shrinkFlags=*/1);
+  }
   if (previous) {
     previous->abort(); // its communicators span the previous membership
   }
   bind(std::move(group));
+  std::lock_guard<std::mutex> guard(mutex_);
+  backend_ = std::move(shrunk);
 }
 
 void DeviceDispatch::inheritShrunk(DeviceDispatch& parent, const std::vector<int64_t>& excluded, int shrinkFlags) {

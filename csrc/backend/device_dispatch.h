@@ -5,6 +5,7 @@
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "gpu/device_backend.h"
@@ -18,11 +19,14 @@ class DeviceDispatch {
  public:
   // Where the device backend rendezvous when it is first needed.
   void bind(gpu::DeviceGroup group);
-  // The group's membership changed in place (native reconfigure): the device
-  // backend of the previous one is aborted, and the next op on CUDA tensors
+  // The group's membership changed in place (native reconfigure). When the
+  // previous members `left` and the rest kept their order
+  // (contract/member_change.h), the device backend shrinks into `group`
+  // (collective over the survivors: ncclCommShrink where NCCL has it).
+  // Otherwise the previous one is aborted, and the next op on CUDA tensors
   // makes one for `group` (a new NCCL communicator, or host-staged over the
   // host group as it is now).
-  void rebind(gpu::DeviceGroup group);
+  void rebind(gpu::DeviceGroup group, const std::optional<std::vector<int64_t>>& left);
   // The group's host backend, which owns this dispatch: the host-staged
   // route and the GPU identity exchange run over it.
   void attachHost(c10d::Backend* host) {

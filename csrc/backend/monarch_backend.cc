@@ -16,6 +16,13 @@
 
 namespace monarch {
 
+namespace {
+
+// The backend whose worker runs on this thread, if any.
+thread_local const MonarchBackend* workerOf = nullptr;
+
+} // namespace
+
 FabricOptions BackendOptions::fabricOptions() const {
   FabricOptions fabric;
   fabric.bindAddress = bindAddress.empty() ? defaultBindAddress() : bindAddress;
@@ -71,18 +78,26 @@ MonarchBackend::MonarchBackend(Membership membership, BackendOptions options)
 }
 
 void MonarchBackend::attach(Membership membership) {
-  links_ = std::make_unique<GroupLinks>(
+  auto links = std::make_shared<GroupLinks>(
       membership.rank, fabric_->hostId(), fabric_->endpointId(), options_.transport.sharesHostMemory() ? options_.shmSegmentBytes : 0,
       std::move(membership.connections), fabric_->channels().get(membership.channelId), signal_,
       &aborted_);
   aborted_ = false;
+  uint64_t generation;
   {
     std::lock_guard<std::mutex> guard(mutex_);
+    links_ = std::move(links);
     stopping_ = false;
     nextSeq_ = 1;
+    generation = ++generation_;
   }
   failLinksAlreadyDown();
-  worker_ = std::thread([this] { workerLoop(); });
+  worker_ = std::thread([this, generation] { workerLoop(generation); });
+}
+
+std::shared_ptr<GroupLinks> MonarchBackend::links() const {
+  std::lock_guard<std::mutex> guard(mutex_);
+  return links_;
 }
 
 void MonarchBackend::failLinksAlreadyDown() {
@@ -107,11 +122,12 @@ c10::intrusive_ptr<MonarchBackend> MonarchBackend::derive(const std::vector<int>
   Membership membership;
   membership.fabric = fabric_;
   membership.channelId = channelId;
+  auto links = this->links();
   for (size_t i = 0; i < members.size(); ++i) {
     if (members[i] == rank_) {
       membership.rank = static_cast<int>(i);
     }
-    membership.connections.push_back(links_->connections()[members[i]]);
+    membership.connections.push_back(links->connections()[members[i]]);
   }
   BackendOptions options = options_;
   options.timeout = std::chrono::milliseconds(timeoutMs_.load());
@@ -140,7 +156,7 @@ c10::intrusive_ptr<c10d::Backend> MonarchBackend::shrink(
     std::lock_guard<std::mutex> guard(mutex_);
     derivation = ++derivations_;
   }
-  std::string key = "shrink/" + std::to_string(links_->channel().id()) + "/" + std::to_string(derivation);
+  std::string key = "shrink/" + std::to_string(links()->channel().id()) + "/" + std::to_string(derivation);
   for (int rank : members) {
     key += "/" + std::to_string(rank);
   }
@@ -170,7 +186,7 @@ c10::intrusive_ptr<c10d::Backend> MonarchBackend::split(
     return nullptr; // not a member of the new group
   }
   std::string name = opts ? opts->group_name : std::string();
-  std::string key = "split/" + std::to_string(links_->channel().id()) + "/" + name;
+  std::string key = "split/" + std::to_string(links()->channel().id()) + "/" + name;
   for (int rank : members) {
     key += "/" + std::to_string(rank);
   }
@@ -212,6 +228,10 @@ c10::intrusive_ptr<c10d::Backend::Options> MonarchBackend::getBackendOptions() {
 
 size_t MonarchBackend::connectionCount() const {
   return fabric_->connectionCount();
+}
+
+size_t MonarchBackend::channelCount() const {
+  return fabric_->channels().size();
 }
 
 MonarchBackend::~MonarchBackend() {
@@ -265,13 +285,17 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::enqueue(
   return work;
 }
 
-void MonarchBackend::workerLoop() {
+void MonarchBackend::workerLoop(uint64_t generation) {
+  workerOf = this;
   while (true) {
     QueuedOp op;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      queueChanged_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) {
+      // A worker that retire() let go (it was stopping its group from a
+      // completion callback) may still be here when the next membership is
+      // attached: its queue is no longer this worker's.
+      queueChanged_.wait(lock, [&] { return stopping_ || generation_ != generation || !queue_.empty(); });
+      if (queue_.empty() || generation_ != generation) {
         return;
       }
       op = std::move(queue_.front());
@@ -325,7 +349,7 @@ void MonarchBackend::explainTimeout(const QueuedOp& op, Status& status) {
 
 Status MonarchBackend::error() {
   Status broken;
-  links_->channel().errored(&broken);
+  links()->channel().errored(&broken);
   return broken;
 }
 
@@ -382,7 +406,18 @@ bool MonarchBackend::retire(const Status& reason) {
 }
 
 void MonarchBackend::stop(const Status& reason, bool releaseEndpoint) {
-  retire(reason);
+  {
+    std::unique_lock<std::mutex> changing(membershipMutex_, std::defer_lock);
+    if (workerOf != this) {
+      changing.lock();
+      retire(reason);
+    } else if (changing.try_lock()) {
+      retire(reason);
+    }
+    // Else a completion callback on the worker stops the group while another
+    // thread changes its membership, waiting for this worker to end: that
+    // thread retires this membership itself.
+  }
   {
     std::lock_guard<std::mutex> guard(mutex_);
     if (!releaseEndpoint || !holdsEndpoint_) {

@@ -109,14 +109,17 @@ class MonarchBackend : public c10d::Backend {
   }
   // Connections this group holds (for tests: shrinking opens none).
   size_t connectionCount() const;
+  // Channels registered on this group's endpoint (for tests: reconfigures,
+  // failed ones included, keep none).
+  size_t channelCount() const;
   // Payload bytes this rank has sent to each group rank (diagnostics).
   std::vector<uint64_t> payloadBytesSent() const {
-    return links_->payloadBytesSent();
+    return links()->payloadBytesSent();
   }
   // Payload bytes the group's links moved, by path, summed over its peers
   // (the links are shared with related groups: counts include theirs).
   std::map<std::string, uint64_t> transportBytes() const {
-    return links_->transportBytes();
+    return links()->transportBytes();
   }
   // The libfabric provider of this endpoint's RDMA reads; empty when none.
   std::string rdmaProvider() const {
@@ -149,7 +152,13 @@ class MonarchBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> postPointToPoint(
       c10d::OpType type, at::Tensor& tensor, int peer, int tag);
   std::chrono::milliseconds timeoutFor(std::chrono::milliseconds requested) const;
-  void workerLoop();
+  // The current membership's links, for threads other than the worker: the
+  // reference keeps them alive across an in-place reconfigure that replaces
+  // them. The worker uses links_ itself: the links it runs on are replaced
+  // only after it has ended.
+  std::shared_ptr<GroupLinks> links() const;
+  // Runs the ops of membership `generation` (attach()) until it retires.
+  void workerLoop(uint64_t generation);
   void runOp(QueuedOp& op);
   // Names the ranks that had not started the op that timed out.
   void explainTimeout(const QueuedOp& op, Status& status);
@@ -178,25 +187,38 @@ class MonarchBackend : public c10d::Backend {
   // Replaces the current membership with `membership` in place: what is
   // queued or running on the current one fails with AbortedError.
   void rebind(Membership membership, int64_t uuid);
+  // Releases the channels of earlier reconfigures whose confirmation failed
+  // (see confirm()).
+  void releaseUnconfirmed();
 
   // What a group made with enable_reconfigure=True keeps across reconfigures.
   struct Reconfigurable {
     JobToken token;
     std::string groupName;
     std::set<int64_t> usedUuids;
+    // Confirmation channels of failed reconfigures, kept registered until the
+    // next reconfigure so that they answer the members still asking who had
+    // started them.
+    std::vector<uint64_t> unconfirmed;
+    // The members' endpoints, in rank order.
+    std::vector<uint64_t> members;
   };
 
   BackendOptions options_;
   std::shared_ptr<Fabric> fabric_;
   std::shared_ptr<CompletionSignal> signal_;
   std::atomic<bool> aborted_{false};
-  std::unique_ptr<GroupLinks> links_;
+  std::shared_ptr<GroupLinks> links_; // replaced under mutex_ (attach)
   std::atomic<int64_t> timeoutMs_;
+  // One change of membership at a time (rebind() by reconfigure, stop() by
+  // abort and shutdown), whatever threads call them.
+  std::mutex membershipMutex_;
 
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::condition_variable queueChanged_;
   std::deque<QueuedOp> queue_;
   uint64_t nextSeq_ = 1;
+  uint64_t generation_ = 0; // memberships attached so far; a worker of an older one exits
   bool holdsEndpoint_ = true; // this group's lease on fabric_ (see stop)
   // Set when made with enable_reconfigure=True (createReconfigurable).
   std::unique_ptr<Reconfigurable> reconfigurable_;

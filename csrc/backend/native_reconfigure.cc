@@ -18,6 +18,7 @@
 #include "common/logging.h"
 #include "common/op_failure.h"
 #include "contract/errors.h"
+#include "contract/member_change.h"
 #include "transport/handle_rendezvous.h"
 #include "transport/store_rendezvous.h"
 
@@ -39,6 +40,11 @@ std::vector<std::string> handlesInRankOrder(const c10d::ReconfigureOptions& opts
 
 std::string excerpt(const std::string& text) {
   return text.size() <= 80 ? text : text.substr(0, 77) + "...";
+}
+
+// The channel on which the members of `channelId` confirm it (confirm()).
+uint64_t confirmationChannelOf(uint64_t channelId) {
+  return fnv1a64("confirm", 7, channelId);
 }
 
 ErrorKind errorKindOf(RendezvousError::Cause cause) {
@@ -78,7 +84,7 @@ c10::intrusive_ptr<MonarchBackend> MonarchBackend::createReconfigurable(
   membership.connections.resize(1);
   std::string host = membership.fabric->listenHost();
   auto backend = c10::make_intrusive<MonarchBackend>(std::move(membership), options);
-  backend->reconfigurable_ = std::make_unique<Reconfigurable>(Reconfigurable{token, groupName, {}});
+  backend->reconfigurable_ = std::make_unique<Reconfigurable>(Reconfigurable{token, groupName, {}, {}, {endpointId}});
   backend->device_.bind({nullptr, 0, 1, groupName + "/single", options.timeout, options.gpuTransport, host});
   MONARCH_LOG(kInfo) << "rank " << rank << "/" << size << " made reconfigurable group '" << groupName << "' at "
                      << backend->fabric_->listenAddress();
@@ -145,10 +151,13 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::reconfigure(const c10d::Reconfigu
       reconfigurable_->usedUuids.insert(opts.uuid).second, what, ": uuid ", opts.uuid,
       " was already used on this group; every reconfigure needs a fresh uuid");
 
+  releaseUnconfirmed();
   auto timeout = opts.timeout.value_or(std::chrono::milliseconds(timeoutMs_.load()));
   auto deadline = Clock::now() + timeout;
-  // The same on every member: the uuid and the members, in rank order.
-  std::string identity = "reconfigure/" + reconfigurable_->groupName + "/" + std::to_string(opts.uuid);
+  // The same on every member: the uuid and the members, in rank order (not
+  // the local group's name, which members made apart need not share; the
+  // handles name endpoints of this group alone).
+  std::string identity = "reconfigure/" + std::to_string(opts.uuid);
   for (const auto& handle : handles) {
     identity += "\n" + handle;
   }
@@ -177,6 +186,7 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::reconfigure(const c10d::Reconfigu
   }
   Status unconfirmed = confirm(membership, deadline);
   if (!unconfirmed.ok()) {
+    reconfigurable_->unconfirmed.push_back(confirmationChannelOf(membership.channelId));
     throw MonarchError(
         unconfirmed.kind, unconfirmed.ranks,
         what + ": rank " + std::to_string(rank) + " of " + std::to_string(members.size()) +
@@ -185,9 +195,15 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::reconfigure(const c10d::Reconfigu
             unconfirmed.message);
   }
   rebind(std::move(membership), opts.uuid);
-  device_.rebind({nullptr, rank, static_cast<int>(members.size()),
-                  reconfigurable_->groupName + "/" + std::to_string(opts.uuid), std::chrono::milliseconds(timeoutMs_.load()),
-                  options_.gpuTransport, fabric_->listenHost()});
+  std::vector<uint64_t> memberEndpoints;
+  for (const auto& member : members) {
+    memberEndpoints.push_back(member.endpointId);
+  }
+  device_.rebind(
+      {nullptr, rank, static_cast<int>(members.size()), reconfigurable_->groupName + "/" + std::to_string(opts.uuid),
+       std::chrono::milliseconds(timeoutMs_.load()), options_.gpuTransport, fabric_->listenHost()},
+      gpu::membersThatLeft(reconfigurable_->members, memberEndpoints));
+  reconfigurable_->members = std::move(memberEndpoints);
   MONARCH_LOG(kInfo) << what << ": rank " << rank << " of " << members.size() << ", "
                      << fabric_->connectionCount() << " live connections on the endpoint";
   auto work = c10::make_intrusive<MonarchWork>(rank, c10d::OpType::UNKNOWN, 0, std::vector<at::Tensor>(), timeout);
@@ -201,7 +217,7 @@ Status MonarchBackend::confirm(const Membership& membership, Deadline deadline) 
   // on a channel of its own: a member that confirmed may use (or abort) the
   // group while others still wait for their last confirming message.
   std::atomic<bool> never{false};
-  const uint64_t confirmId = fnv1a64("confirm", 7, membership.channelId);
+  const uint64_t confirmId = confirmationChannelOf(membership.channelId);
   auto channel = fabric_->channels().get(confirmId);
   GroupLinks links(
       membership.rank, fabric_->hostId(), fabric_->endpointId(), 0, membership.connections, channel,
@@ -221,6 +237,7 @@ Status MonarchBackend::confirm(const Membership& membership, Deadline deadline) 
     fabric_->channels().release(confirmId);
     return status;
   }
+  // Its channel stays registered until the next reconfigure (releaseUnconfirmed).
   if (status.kind == ErrorKind::kTimeout) {
     auto asked = Clock::now() + std::min(options_.heartbeatTimeout / 2, std::chrono::milliseconds(1000));
     status.ranks = channel->ranksBehind(1, asked);
@@ -233,11 +250,26 @@ Status MonarchBackend::confirm(const Membership& membership, Deadline deadline) 
 }
 
 void MonarchBackend::rebind(Membership membership, int64_t uuid) {
+  // Not while abort() or shutdown() (from any thread) retires the current one.
+  std::lock_guard<std::mutex> changing(membershipMutex_);
   retire(Status::error(
       ErrorKind::kAborted, {}, "the group was reconfigured (uuid " + std::to_string(uuid) + ") on rank " + std::to_string(rank_)));
-  rank_ = membership.rank;
-  size_ = static_cast<int>(membership.connections.size());
+  {
+    // c10d reads them without a lock (getRank()); the ops of this backend read them under mutex_.
+    std::lock_guard<std::mutex> guard(mutex_);
+    rank_ = membership.rank;
+    size_ = static_cast<int>(membership.connections.size());
+  }
   attach(std::move(membership));
+}
+
+void MonarchBackend::releaseUnconfirmed() {
+  // The members of a failed reconfigure learnt it from the failure notice
+  // (confirm()) and have given it up by the time of the next one.
+  for (uint64_t channel : reconfigurable_->unconfirmed) {
+    fabric_->channels().release(channel);
+  }
+  reconfigurable_->unconfirmed.clear();
 }
 
 } // namespace monarch

@@ -34,10 +34,11 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::postPointToPoint(
     work->markSuccess(source);
   };
   uint64_t wireTag = static_cast<uint64_t>(static_cast<int64_t>(tag));
+  auto links = this->links();
   if (sending) {
-    links_->postTaggedSend(peer, wireTag, signature, buffer.data_ptr(), buffer.nbytes(), keepalive, onComplete);
+    links->postTaggedSend(peer, wireTag, signature, buffer.data_ptr(), buffer.nbytes(), keepalive, onComplete);
   } else {
-    links_->postTaggedRecv(peer, wireTag, signature, buffer.data_ptr(), buffer.nbytes(), keepalive, onComplete);
+    links->postTaggedRecv(peer, wireTag, signature, buffer.data_ptr(), buffer.nbytes(), keepalive, onComplete);
   }
   return work;
 }

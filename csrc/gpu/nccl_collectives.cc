@@ -249,9 +249,9 @@ c10::intrusive_ptr<c10d::Work> NcclBackend::allgather_coalesced(
   return launch(
       {c10d::OpType::ALLGATHER_COALESCED, "allgather_coalesced", device, outputs, {mine, flat}, opts.timeout},
       [=](GroupCalls& group, int) { group.allGather(mine.data_ptr(), flat.data_ptr(), mine.nbytes()); },
-      [=] {
+      [=, size = size_] {
         size_t index = 0;
-        for (int r = 0; r < size_; ++r) {
+        for (int r = 0; r < size; ++r) {
           int64_t offset = r * perRank;
           for (const auto& input : ins) {
             int64_t n = static_cast<int64_t>(input.nbytes());

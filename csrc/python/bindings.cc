@@ -158,6 +158,9 @@ PYBIND11_MODULE(_C, module) {
           "The backend of this group's CUDA tensors: 'monarch-NCCL' or 'monarch-host-staged'; '' before the first.")
       .def("connection_count", &MonarchBackend::connectionCount)
       .def(
+          "channel_count", &MonarchBackend::channelCount,
+          "Channels (groups and their confirmations) registered on this group's endpoint.")
+      .def(
           "payload_bytes_sent", &MonarchBackend::payloadBytesSent,
           "Payload bytes this rank has sent to each rank of the group since it was created.")
       .def(

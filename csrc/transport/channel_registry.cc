@@ -31,6 +31,11 @@ void ChannelRegistry::release(uint64_t id) {
   released_.insert(id);
 }
 
+size_t ChannelRegistry::size() {
+  std::lock_guard<std::mutex> guard(mutex_);
+  return channels_.size();
+}
+
 std::vector<std::shared_ptr<Channel>> ChannelRegistry::snapshot() {
   std::lock_guard<std::mutex> guard(mutex_);
   std::vector<std::shared_ptr<Channel>> channels;

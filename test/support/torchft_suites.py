@@ -52,14 +52,22 @@ def _expansions(test: str) -> re.Pattern[str]:
     return re.compile(rf"{re.escape(test)}(_\d+(_\w+)?)?")
 
 
-def adopt(base: type[TestCase], tests: list[str], factory: GroupFactory, name: str) -> type[TestCase]:
+def adopt(
+    base: type[TestCase], tests: list[str], factory: GroupFactory, name: str, cases_left_out: tuple[str, ...] = ()
+) -> type[TestCase]:
     """A TestCase named ``name`` that runs ``base``'s ``tests`` (each with its
-    parameterized expansions) with every Gloo group of TorchFT's tests made by
+    parameterized expansions, but those whose name ends in one of
+    ``cases_left_out``) with every Gloo group of TorchFT's tests made by
     ``factory``. A name that matches nothing raises: the list must keep up
     with TorchFT."""
     patterns = {test: _expansions(test) for test in tests}
     names = [attr for attr in dir(base) if attr.startswith("test")]
-    chosen = {attr for attr in names if any(pattern.fullmatch(attr) for pattern in patterns.values())}
+    chosen = {
+        attr
+        for attr in names
+        if any(pattern.fullmatch(attr) for pattern in patterns.values())
+        and not any(attr.endswith(f"_{case}") for case in cases_left_out)
+    }
     unmatched = [test for test, pattern in patterns.items() if not any(pattern.fullmatch(attr) for attr in chosen)]
     if unmatched:
         raise LookupError(f"{base.__module__}.{base.__qualname__} has no tests named {unmatched}")
