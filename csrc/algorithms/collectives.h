@@ -67,10 +67,9 @@ void scatter(Links& links, const void* in, void* out, size_t bytes, int root);
 // p's into `recvBlocks[p]` of `out`.
 void alltoall(Links& links, const void* in, const Partition& sendBlocks, void* out, const Partition& recvBlocks);
 void barrier(Links& links);
-// An op with nothing to move still exchanges empty messages with every peer
-// (an OpAgreement, agreement.h), so that every peer checks this op's header:
-// a peer that called it with data would otherwise wait for this rank until
-// its timeout.
+// An op with nothing to move still announces its signature to every peer
+// (Links::announce), so that a peer that called it with data, and waits for
+// this rank, finds out instead of waiting until its timeout.
 void emptyOp(Links& links);
 
 } // namespace monarch

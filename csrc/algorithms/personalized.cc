@@ -1,29 +1,30 @@
 // Collectives where each pair exchanges its own data: gather, scatter,
 // alltoall. Every transfer is posted at once and the links run them in
 // parallel; barrier is a dissemination of empty messages. An op with
-// nothing to move exchanges its signature with every peer instead.
+// nothing to move announces its signature to every peer instead.
 
 #include <cstring>
 
-#include "algorithms/agreement.h"
 #include "algorithms/chunks.h"
 #include "algorithms/collectives.h"
 
 namespace monarch {
 
 // In gather and scatter a rank but the root talks to the root alone, and
-// one side of each pair only sends: an OpAgreement (agreement.h) makes a
-// disagreement about the root, size or dtype fail every rank in the op.
+// one side of each pair only sends. The side that receives announces itself
+// first (rooted.cc says why), so a disagreement about the root, size or
+// dtype fails the group: the receivers raise in this op, a sender that has
+// finished raises from its next op.
 void gather(Links& links, const void* in, void* out, size_t bytes, int root) {
   const int n = links.size();
   const int r = links.rank();
-  OpAgreement agreement(links);
   if (r != root) {
     links.send(root, in, bytes);
   } else {
     auto* dest = static_cast<char*>(out);
     for (int peer = 0; peer < n; ++peer) {
       if (peer != r) {
+        links.announce(peer);
         links.recv(peer, dest + peer * bytes, bytes);
       }
     }
@@ -31,15 +32,14 @@ void gather(Links& links, const void* in, void* out, size_t bytes, int root) {
       std::memcpy(dest + r * bytes, in, bytes);
     }
   }
-  agreement.confirm();
   links.waitAll();
 }
 
 void scatter(Links& links, const void* in, void* out, size_t bytes, int root) {
   const int n = links.size();
   const int r = links.rank();
-  OpAgreement agreement(links);
   if (r != root) {
+    links.announce(root);
     links.recv(root, out, bytes);
   } else {
     const auto* src = static_cast<const char*>(in);
@@ -52,7 +52,6 @@ void scatter(Links& links, const void* in, void* out, size_t bytes, int root) {
       std::memcpy(out, src + r * bytes, bytes);
     }
   }
-  agreement.confirm();
   links.waitAll();
 }
 
@@ -77,7 +76,11 @@ void alltoall(Links& links, const void* in, const Partition& sendBlocks, void* o
 }
 
 void emptyOp(Links& links) {
-  OpAgreement(links).confirm();
+  for (int peer = 0; peer < links.size(); ++peer) {
+    if (peer != links.rank()) {
+      links.announce(peer);
+    }
+  }
 }
 
 void barrier(Links& links) {

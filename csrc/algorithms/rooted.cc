@@ -2,11 +2,20 @@
 // tree (log2(n) hops); large ones go through shared memory on one host, else
 // are pipelined in chunks, down a chain for broadcast, and through a
 // reduce-scatter plus a gather for reduce.
+//
+// Ranks that disagree about the op (root, size, dtype) find out from the
+// signature every frame carries (Channel::startOp): a rank that waits for
+// data from a peer first announces itself to that peer (Links::announce),
+// so every rank that waits has sent its signature to the rank it waits on,
+// and no two ranks can wait on each other unchecked. The rank that sees a
+// disagreeing signature fails the group for everyone: ranks still in the
+// op raise CollectiveMismatchError in it; a rank that only sends and has
+// finished raises it from its next op on the group. Nothing waits for an
+// extra message: the check costs no round trip.
 
 #include <cstring>
 #include <vector>
 
-#include "algorithms/agreement.h"
 #include "algorithms/chunks.h"
 #include "algorithms/collectives.h"
 #include "algorithms/reduce_kernels.h"
@@ -22,7 +31,9 @@ void binomialBroadcast(Links& links, char* data, size_t bytes, int root) {
   int mask = 1;
   while (mask < n) {
     if (relative & mask) {
-      links.wait(links.recv(wrapRank(relative - mask + root, n), data, bytes));
+      const int parent = wrapRank(relative - mask + root, n);
+      links.announce(parent);
+      links.wait(links.recv(parent, data, bytes));
       break;
     }
     mask <<= 1;
@@ -44,6 +55,7 @@ void chainBroadcast(Links& links, char* data, size_t bytes, int root, size_t chu
   if (relative == 0) {
     forEachChunk(0, bytes, chunkBytes, [&](size_t off, size_t cnt) { links.send(next, data + off, cnt); });
   } else {
+    links.announce(previous);
     std::vector<Links::Handle> recvs;
     forEachChunk(0, bytes, chunkBytes, [&](size_t off, size_t cnt) {
       recvs.push_back(links.recv(previous, data + off, cnt));
@@ -64,6 +76,11 @@ void binomialReduce(Links& links, char* data, size_t count, DataType type, Reduc
   const int relative = wrapRank(links.rank() - root, n);
   const size_t bytes = count * elementSize(type);
   char* scratch = static_cast<char*>(links.workspace(bytes, Links::Workspace::kAlgorithm));
+  for (int mask = 1; mask < n && !(relative & mask); mask <<= 1) {
+    if (relative + mask < n) {
+      links.announce(wrapRank(relative + mask + root, n));
+    }
+  }
   for (int mask = 1; mask < n; mask <<= 1) {
     if (relative & mask) {
       links.wait(links.send(wrapRank(relative - mask + root, n), data, bytes));
@@ -88,16 +105,11 @@ void broadcast(Links& links, void* data, size_t bytes, int root, const Algorithm
   if (sharedBroadcast(links, data, bytes, root, config)) {
     return;
   }
-  // The root only sends, and a rank that named another root may receive
-  // nothing it could check: the agreement makes a disagreement fail every
-  // rank in this op.
-  OpAgreement agreement(links);
   if (bytes <= config.smallMessageBytes) {
     binomialBroadcast(links, static_cast<char*>(data), bytes, root);
   } else {
     chainBroadcast(links, static_cast<char*>(data), bytes, root, config.chunkBytes);
   }
-  agreement.confirm();
 }
 
 void reduce(Links& links, void* data, size_t count, DataType type, ReduceKind kind, int root, const AlgorithmConfig& config) {
@@ -108,14 +120,12 @@ void reduce(Links& links, void* data, size_t count, DataType type, ReduceKind ki
   if (count == 0) {
     return emptyOp(links);
   }
-  // Ranks but the root only send: see broadcast. (On one host the
-  // reduce-scatter below agrees once more, for its shared-memory part.)
-  OpAgreement agreement(links);
   auto* bytes = static_cast<char*>(data);
   if (count * elementSize(type) <= config.smallMessageBytes || count < static_cast<size_t>(n)) {
-    binomialReduce(links, bytes, count, type, kind, root);
-    return agreement.confirm();
+    return binomialReduce(links, bytes, count, type, kind, root);
   }
+  // The reduce-scatter checks every rank's signature, the root included,
+  // before the blocks go to the root.
   Partition blocks = Partition::even(count, n);
   reduceScatter(links, bytes, blocks, type, kind, config);
   const size_t elem = elementSize(type);
@@ -129,7 +139,6 @@ void reduce(Links& links, void* data, size_t count, DataType type, ReduceKind ki
       }
     }
   }
-  agreement.confirm();
   links.waitAll();
 }
 

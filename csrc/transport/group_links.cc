@@ -92,13 +92,13 @@ std::map<std::string, uint64_t> GroupLinks::transportBytes() const {
 
 void GroupLinks::beginOp(uint64_t seq, const OpSignature& signature, Deadline deadline, std::shared_ptr<void> keepalive) {
   seq_ = seq;
-  channel_->setProgress(seq);
   signature_ = signature;
   deadline_ = deadline;
   keepalive_ = std::move(keepalive);
   transfers_.clear();
   std::fill(sendSteps_.begin(), sendSteps_.end(), 0);
   std::fill(recvSteps_.begin(), recvSteps_.end(), 0);
+  channel_->startOp(seq, signature);
 }
 
 void GroupLinks::endOp() {
@@ -158,6 +158,20 @@ Links::Handle GroupLinks::recv(int peer, void* data, size_t bytes) {
   transfers_.push_back(transfer);
   channel_->postRecv(connections_[peer].get(), transfer);
   return transfers_.size() - 1;
+}
+
+void GroupLinks::announce(int peer) {
+  checkPeer(peer);
+  connections_[peer]->sendControl(makeSignatureHeader(channel_->id(), seq_, signature_), {});
+}
+
+void GroupLinks::failMismatch(int peer, const std::string& how) {
+  Status status = Status::error(
+      ErrorKind::kMismatch, {peer},
+      "collective mismatch at sequence number " + std::to_string(seq_) + ": this rank called " + signature_.describe() +
+          " but rank " + std::to_string(peer) + " " + how);
+  channel_->fail(status, /*tellPeers=*/true);
+  throw OpFailure(status);
 }
 
 void GroupLinks::wait(Handle handle) {

@@ -49,6 +49,14 @@ class GroupLinks : public Links {
   Handle recv(int peer, void* data, size_t bytes) override;
   void wait(Handle handle) override;
   void waitAll() override;
+  uint64_t sequence() const override {
+    return seq_;
+  }
+  const OpSignature& signature() const override {
+    return signature_;
+  }
+  void announce(int peer) override;
+  [[noreturn]] void failMismatch(int peer, const std::string& how) override;
   void* workspace(size_t bytes, Workspace slot) override;
   SharedRegions* hostRegions() override;
   // Unmaps the shared-memory segments for good; no op may run after it.

@@ -2,9 +2,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "transport/shared_regions.h"
+#include "transport/wire.h"
 
 namespace monarch {
 
@@ -27,6 +29,20 @@ class Links {
   virtual void wait(Handle handle) = 0;
   // Waits for every transfer posted in the current op.
   virtual void waitAll() = 0;
+
+  // The current op: its sequence number and what this rank called.
+  virtual uint64_t sequence() const = 0;
+  virtual const OpSignature& signature() const = 0;
+  // Sends `peer` this op's signature and nothing else; nobody waits for it.
+  // The peer compares it with its own on arrival and fails the group on a
+  // mismatch. A rank that is about to wait for data from `peer` announces
+  // itself first, so that two ranks that each wait for the other (say,
+  // each named the other as the root) find out instead of hanging.
+  virtual void announce(int peer) = 0;
+  // Fails the group for every rank (CollectiveMismatchError, told to every
+  // peer) because `peer` ran this op otherwise, as `how` says; throws
+  // OpFailure.
+  [[noreturn]] virtual void failMismatch(int peer, const std::string& how) = 0;
 
   // Scratch memory for the current op, kept across ops so that its pages are
   // faulted in once per group rather than once per op (which costs more than
