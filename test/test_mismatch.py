@@ -111,7 +111,8 @@ def _rooted_cases() -> dict[str, Callable[[int, dist.ProcessGroup], Result]]:
     """Every rooted op with ranks disagreeing on the root (rank 0 the root in
     its own view, so a pure sender or receiver, then the others naming rank
     0), on the size and on the dtype; small (trees, direct) and 1.2 MB (on
-    one host, shared memory where the op has it)."""
+    one host, shared memory where the op has it); and on sizes that take
+    different paths."""
     cases: dict[str, Callable[[int, dist.ProcessGroup], Result]] = {}
     for name, op in ROOTED.items():
         for label, numel in (("", 10), ("_large", 300_000)):
@@ -127,6 +128,10 @@ def _rooted_cases() -> dict[str, Callable[[int, dist.ProcessGroup], Result]]:
             cases[f"{name}_dtype{label}"] = lambda rank, g, op=op, numel=numel: op(
                 rank, g, _mine(rank, numel, torch.float32 if rank == 0 else torch.int32), 1
             )
+        # Sizes on either side of the shared-memory threshold: rank 0 takes
+        # the link path, the others meet in shared memory, which no frame
+        # of rank 0's reaches unless it is checked on arrival.
+        cases[f"{name}_size_paths"] = lambda rank, g, op=op: op(rank, g, _mine(rank, 10 if rank == 0 else 300_000), 1)
     return cases
 
 
