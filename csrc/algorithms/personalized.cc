@@ -15,41 +15,39 @@ namespace monarch {
 // first (rooted.cc says why), so a disagreement about the root, size or
 // dtype fails the group: the receivers raise in this op, a sender that has
 // finished raises from its next op.
-void gather(Links& links, const void* in, void* out, size_t bytes, int root) {
+void gather(Links& links, const void* in, const std::vector<void*>& outs, size_t bytes, int root) {
   const int n = links.size();
   const int r = links.rank();
   if (r != root) {
     links.send(root, in, bytes);
   } else {
-    auto* dest = static_cast<char*>(out);
     for (int peer = 0; peer < n; ++peer) {
       if (peer != r) {
         links.announce(peer);
-        links.recv(peer, dest + peer * bytes, bytes);
+        links.recv(peer, outs[peer], bytes);
       }
     }
-    if (dest + r * bytes != in) {
-      std::memcpy(dest + r * bytes, in, bytes);
+    if (outs[r] != in) {
+      std::memcpy(outs[r], in, bytes);
     }
   }
   links.waitAll();
 }
 
-void scatter(Links& links, const void* in, void* out, size_t bytes, int root) {
+void scatter(Links& links, const std::vector<const void*>& ins, void* out, size_t bytes, int root) {
   const int n = links.size();
   const int r = links.rank();
   if (r != root) {
     links.announce(root);
     links.recv(root, out, bytes);
   } else {
-    const auto* src = static_cast<const char*>(in);
     for (int peer = 0; peer < n; ++peer) {
       if (peer != r) {
-        links.send(peer, src + peer * bytes, bytes);
+        links.send(peer, ins[peer], bytes);
       }
     }
-    if (src + r * bytes != out) {
-      std::memcpy(out, src + r * bytes, bytes);
+    if (ins[r] != out) {
+      std::memcpy(out, ins[r], bytes);
     }
   }
   links.waitAll();

@@ -75,20 +75,29 @@ void binomialReduce(Links& links, char* data, size_t count, DataType type, Reduc
   const int n = links.size();
   const int relative = wrapRank(links.rank() - root, n);
   const size_t bytes = count * elementSize(type);
-  char* scratch = static_cast<char*>(links.workspace(bytes, Links::Workspace::kAlgorithm));
+  bool hasChildren = false;
   for (int mask = 1; mask < n && !(relative & mask); mask <<= 1) {
     if (relative + mask < n) {
       links.announce(wrapRank(relative + mask + root, n));
+      hasChildren = true;
     }
   }
+  // The root accumulates in `data`; an inner rank in a copy, since its
+  // `data` is only read.
+  char* sum = data;
+  if (relative != 0 && hasChildren) {
+    sum = static_cast<char*>(links.workspace(bytes, Links::Workspace::kResult));
+    std::memcpy(sum, data, bytes);
+  }
+  char* scratch = static_cast<char*>(links.workspace(bytes, Links::Workspace::kAlgorithm));
   for (int mask = 1; mask < n; mask <<= 1) {
     if (relative & mask) {
-      links.wait(links.send(wrapRank(relative - mask + root, n), data, bytes));
+      links.wait(links.send(wrapRank(relative - mask + root, n), sum, bytes));
       return;
     }
     if (relative + mask < n) {
       links.wait(links.recv(wrapRank(relative + mask + root, n), scratch, bytes));
-      reduceInto(data, scratch, count, type, kind);
+      reduceInto(sum, scratch, count, type, kind);
     }
   }
 }
@@ -124,14 +133,18 @@ void reduce(Links& links, void* data, size_t count, DataType type, ReduceKind ki
   if (count * elementSize(type) <= config.smallMessageBytes || count < static_cast<size_t>(n)) {
     return binomialReduce(links, bytes, count, type, kind, root);
   }
-  // The reduce-scatter checks every rank's signature, the root included,
-  // before the blocks go to the root.
+  // A reduce-scatter, which checks every rank's signature, the root
+  // included, before the blocks go to the root: the root reduces its block
+  // in place, the others theirs into reused memory, reading `data` where it
+  // lies.
   Partition blocks = Partition::even(count, n);
-  reduceScatter(links, bytes, blocks, type, kind, config);
   const size_t elem = elementSize(type);
   const int r = links.rank();
+  char* block = r == root ? bytes + blocks.offsets[r] * elem
+                          : static_cast<char*>(links.workspace(blocks.counts[r] * elem, Links::Workspace::kResult));
+  reduceScatterInto(links, bytes, block, blocks, type, kind, config);
   if (r != root) {
-    links.send(root, bytes + blocks.offsets[r] * elem, blocks.counts[r] * elem);
+    links.send(root, block, blocks.counts[r] * elem);
   } else {
     for (int peer = 0; peer < n; ++peer) {
       if (peer != root) {

@@ -113,8 +113,8 @@ class GroupLinks : public Links {
   std::vector<uint32_t> sendSteps_;
   std::vector<uint32_t> recvSteps_;
   // Grow-only scratch, one buffer per Workspace slot.
-  std::unique_ptr<char[]> workspaces_[2];
-  size_t workspaceBytes_[2] = {0, 0};
+  std::unique_ptr<char[]> workspaces_[3];
+  size_t workspaceBytes_[3] = {0, 0, 0};
   // Set up among hostRanks_ at the first op that asks; one attempt per
   // group, so that every rank of this host gives up alike when it fails.
   std::vector<int> hostRanks_;

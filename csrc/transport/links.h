@@ -48,7 +48,7 @@ class Links {
   // faulted in once per group rather than once per op (which costs more than
   // the reduction itself for large tensors). Valid until the next call with
   // the same slot.
-  enum class Workspace { kAlgorithm, kStaging };
+  enum class Workspace { kAlgorithm, kStaging, kResult };
   virtual void* workspace(size_t bytes, Workspace slot) = 0;
 
   // The ranks on this rank's host, this one included, in rank order.
