@@ -1,5 +1,6 @@
-// Rooted collectives: broadcast and reduce. Small messages walk a binomial
-// tree (log2(n) hops); large ones go through shared memory on one host, else
+// Rooted collectives: broadcast and reduce. Tiny broadcasts go from the root
+// to every rank at once, small messages walk a binomial tree (log2(n)
+// hops); large ones go through shared memory on one host, else
 // are pipelined in chunks, down a chain for broadcast, and through a
 // reduce-scatter plus a gather for reduce.
 //
@@ -42,6 +43,21 @@ void binomialBroadcast(Links& links, char* data, size_t bytes, int root) {
     if (relative + mask < n) {
       links.send(wrapRank(relative + mask + root, n), data, bytes);
     }
+  }
+  links.waitAll();
+}
+
+// The root sends to every rank itself: one hop. Each hop of a tree costs a
+// wake-up of the receiving rank's threads, which outweighs the root's
+// sending n-1 copies while they add up to no more than a small message.
+void flatBroadcast(Links& links, char* data, size_t bytes, int root) {
+  if (links.rank() == root) {
+    for (int distance = 1; distance < links.size(); ++distance) {
+      links.send(wrapRank(root + distance, links.size()), data, bytes);
+    }
+  } else {
+    links.announce(root);
+    links.recv(root, data, bytes);
   }
   links.waitAll();
 }
@@ -114,7 +130,9 @@ void broadcast(Links& links, void* data, size_t bytes, int root, const Algorithm
   if (sharedBroadcast(links, data, bytes, root, config)) {
     return;
   }
-  if (bytes <= config.smallMessageBytes) {
+  if (bytes * (links.size() - 1) <= config.smallMessageBytes) {
+    flatBroadcast(links, static_cast<char*>(data), bytes, root);
+  } else if (bytes <= config.smallMessageBytes) {
     binomialBroadcast(links, static_cast<char*>(data), bytes, root);
   } else {
     chainBroadcast(links, static_cast<char*>(data), bytes, root, config.chunkBytes);
