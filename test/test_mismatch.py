@@ -140,6 +140,8 @@ def _rooted_cases() -> dict[str, Callable[[int, dist.ProcessGroup], Result]]:
 CASES: dict[str, Callable[[int, dist.ProcessGroup], Result]] = {
     "size": lambda rank, g: _all_reduce(rank, g, _mine(rank, 10 if rank == 0 else 20)),
     "size_zero": lambda rank, g: _all_reduce(rank, g, _mine(rank, 0 if rank == 0 else 10)),
+    # The others meet in shared memory, where no frame moves.
+    "size_zero_large": lambda rank, g: _all_reduce(rank, g, _mine(rank, 0 if rank == 0 else 300_000)),
     "size_large": lambda rank, g: _all_reduce(rank, g, _mine(rank, 300_000 + (rank == 0))),
     "dtype": lambda rank, g: _all_reduce(rank, g, _mine(rank, dtype=torch.float32 if rank == 0 else torch.int32)),
     "reduce_op": lambda rank, g: _all_reduce(

@@ -23,7 +23,7 @@ void gather(Links& links, const void* in, const std::vector<void*>& outs, size_t
   } else {
     for (int peer = 0; peer < n; ++peer) {
       if (peer != r) {
-        links.announce(peer);
+        links.announce(peer, Links::Announce::kIfBlocking);
         links.recv(peer, outs[peer], bytes);
       }
     }
@@ -38,7 +38,7 @@ void scatter(Links& links, const std::vector<const void*>& ins, void* out, size_
   const int n = links.size();
   const int r = links.rank();
   if (r != root) {
-    links.announce(root);
+    links.announce(root, Links::Announce::kIfBlocking);
     links.recv(root, out, bytes);
   } else {
     for (int peer = 0; peer < n; ++peer) {
@@ -76,7 +76,7 @@ void alltoall(Links& links, const void* in, const Partition& sendBlocks, void* o
 void emptyOp(Links& links) {
   for (int peer = 0; peer < links.size(); ++peer) {
     if (peer != links.rank()) {
-      links.announce(peer);
+      links.announce(peer, Links::Announce::kNow);
     }
   }
 }

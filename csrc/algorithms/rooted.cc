@@ -5,14 +5,14 @@
 // reduce-scatter plus a gather for reduce.
 //
 // Ranks that disagree about the op (root, size, dtype) find out from the
-// signature every frame carries (Channel::startOp): a rank that waits for
-// data from a peer first announces itself to that peer (Links::announce),
-// so every rank that waits has sent its signature to the rank it waits on,
-// and no two ranks can wait on each other unchecked. The rank that sees a
-// disagreeing signature fails the group for everyone: ranks still in the
-// op raise CollectiveMismatchError in it; a rank that only sends and has
-// finished raises it from its next op on the group. Nothing waits for an
-// extra message: the check costs no round trip.
+// signature every frame carries (Channel::startOp): a rank that has to
+// block for data from a peer first announces itself to that peer
+// (Links::announce), so every rank that waits has sent its signature to
+// the rank it waits on, and no two ranks can wait on each other unchecked.
+// The rank that sees a disagreeing signature fails the group for everyone:
+// ranks still in the op raise CollectiveMismatchError in it; a rank that
+// only sends and has finished raises it from its next op on the group.
+// Nothing waits for an extra message: the check costs no round trip.
 
 #include <cstring>
 #include <vector>
@@ -33,7 +33,7 @@ void binomialBroadcast(Links& links, char* data, size_t bytes, int root) {
   while (mask < n) {
     if (relative & mask) {
       const int parent = wrapRank(relative - mask + root, n);
-      links.announce(parent);
+      links.announce(parent, Links::Announce::kIfBlocking);
       links.wait(links.recv(parent, data, bytes));
       break;
     }
@@ -56,7 +56,7 @@ void flatBroadcast(Links& links, char* data, size_t bytes, int root) {
       links.send(wrapRank(root + distance, links.size()), data, bytes);
     }
   } else {
-    links.announce(root);
+    links.announce(root, Links::Announce::kIfBlocking);
     links.recv(root, data, bytes);
   }
   links.waitAll();
@@ -71,7 +71,7 @@ void chainBroadcast(Links& links, char* data, size_t bytes, int root, size_t chu
   if (relative == 0) {
     forEachChunk(0, bytes, chunkBytes, [&](size_t off, size_t cnt) { links.send(next, data + off, cnt); });
   } else {
-    links.announce(previous);
+    links.announce(previous, Links::Announce::kIfBlocking);
     std::vector<Links::Handle> recvs;
     forEachChunk(0, bytes, chunkBytes, [&](size_t off, size_t cnt) {
       recvs.push_back(links.recv(previous, data + off, cnt));
@@ -94,7 +94,7 @@ void binomialReduce(Links& links, char* data, size_t count, DataType type, Reduc
   bool hasChildren = false;
   for (int mask = 1; mask < n && !(relative & mask); mask <<= 1) {
     if (relative + mask < n) {
-      links.announce(wrapRank(relative + mask + root, n));
+      links.announce(wrapRank(relative + mask + root, n), Links::Announce::kIfBlocking);
       hasChildren = true;
     }
   }

@@ -55,7 +55,7 @@ class GroupLinks : public Links {
   const OpSignature& signature() const override {
     return signature_;
   }
-  void announce(int peer) override;
+  void announce(int peer, Announce when) override;
   [[noreturn]] void failMismatch(int peer, const std::string& how) override;
   void* workspace(size_t bytes, Workspace slot) override;
   SharedRegions* hostRegions() override;
@@ -112,6 +112,7 @@ class GroupLinks : public Links {
   std::vector<TransferPtr> transfers_;
   std::vector<uint32_t> sendSteps_;
   std::vector<uint32_t> recvSteps_;
+  std::vector<int> owedAnnouncements_; // peers announce() named, not yet sent
   // Grow-only scratch, one buffer per Workspace slot.
   std::unique_ptr<char[]> workspaces_[3];
   size_t workspaceBytes_[3] = {0, 0, 0};

@@ -33,12 +33,17 @@ class Links {
   // The current op: its sequence number and what this rank called.
   virtual uint64_t sequence() const = 0;
   virtual const OpSignature& signature() const = 0;
-  // Sends `peer` this op's signature and nothing else; nobody waits for it.
-  // The peer compares it with its own on arrival and fails the group on a
-  // mismatch. A rank that is about to wait for data from `peer` announces
-  // itself first, so that two ranks that each wait for the other (say,
-  // each named the other as the root) find out instead of hanging.
-  virtual void announce(int peer) = 0;
+  // Sends `peer` this op's signature in a frame of nothing else that nobody
+  // waits for; the peer compares it with its own on arrival and fails the
+  // group on a mismatch. A rank that will wait for data from `peer`
+  // announces itself first (kIfBlocking), so that two ranks that each wait
+  // for the other (say, each named the other as the root) find out instead
+  // of hanging: the frame leaves when this rank first has to block in the
+  // op, so it costs nothing while the data is there already (then nobody
+  // waits for this rank either). An op that moves nothing announces itself
+  // to every peer at once (kNow), since it never blocks.
+  enum class Announce { kNow, kIfBlocking };
+  virtual void announce(int peer, Announce when) = 0;
   // Fails the group for every rank (CollectiveMismatchError, told to every
   // peer) because `peer` ran this op otherwise, as `how` says; throws
   // OpFailure.

@@ -45,8 +45,8 @@ class SubLinks : public Links {
   const OpSignature& signature() const override {
     return parent_.signature();
   }
-  void announce(int peer) override {
-    parent_.announce(members_[peer]);
+  void announce(int peer, Announce when) override {
+    parent_.announce(members_[peer], when);
   }
   [[noreturn]] void failMismatch(int peer, const std::string& how) override {
     parent_.failMismatch(members_[peer], how);
