@@ -1,8 +1,9 @@
 """A size mismatch in a fault-injection setting, in the allreduce and every
-rooted op (test_mismatch.py covers the kinds of mismatch): every rank,
-a rooted op's pure senders included, raises CollectiveMismatchError well before the
-op timeout, naming ranks, both sizes and the sequence number; the group stays broken and
-says so; a new group over the same ranks works; nothing leaks."""
+rooted op (test_mismatch.py covers the kinds of mismatch): every rank raises
+CollectiveMismatchError well before the op timeout -- a rooted op's pure
+senders from their next op -- naming ranks, both sizes and the sequence
+number; the group stays broken and says so; a new group over the same ranks
+works; nothing leaks."""
 
 from __future__ import annotations
 
@@ -53,10 +54,14 @@ def mismatch_worker(ctx: WorkerContext, op: str, count: int) -> dict[str, Any]:
     run_op("all_reduce", 0, group)
     mine = count + (1 if ctx.rank == ODD_RANK else 0)
     tensor = torch.full((mine,), float(ctx.rank + 1))
-    outcome = attempt(lambda: _call(op, tensor, ctx.rank, group))
+    mismatched = attempt(lambda: _call(op, tensor, ctx.rank, group))
     problems: list[str] = []
+    # A rank that had done its part (a pure sender) raises from its next op.
+    outcome = mismatched if not mismatched.ok else attempt(lambda: run_op("all_reduce", 1, group))
     if not outcome.is_a("CollectiveMismatchError") or outcome.elapsed_s > MISMATCH_BOUND_S:
         problems.append(f"expected CollectiveMismatchError within {MISMATCH_BOUND_S} s, {outcome.describe()}")
+    if mismatched.ok and op in ("all_reduce", "broadcast", "scatter") and ctx.rank == ODD_RANK:
+        problems.append(f"the odd rank waits for data in {op}, yet its op returned")
     # The rank that detected the mismatch names the rank(s) it disagreed with;
     # the others get its notice verbatim (so rank 0 may read [0]).
     if not outcome.failed_ranks or not set(outcome.failed_ranks) <= set(range(ctx.world_size)):

@@ -1,7 +1,8 @@
 """Ranks that disagree about the op at one sequence number: every rank gets a
-DistBackendError naming a mismatch, well within the group timeout (never a
-hang, a crash or a wrong tensor), and the group stays broken afterwards
-while other groups keep working."""
+CollectiveMismatchError naming that op, well within the group timeout (never
+a hang, a crash or a wrong tensor) -- from the op itself, or, for a rank that
+had finished its part, from the next op -- and the group stays broken
+afterwards while other groups keep working."""
 
 from __future__ import annotations
 
@@ -110,7 +111,8 @@ def _rooted_cases() -> dict[str, Callable[[int, dist.ProcessGroup], Result]]:
     """Every rooted op with ranks disagreeing on the root (rank 0 the root in
     its own view, so a pure sender or receiver, then the others naming rank
     0), on the size and on the dtype; small (trees, direct) and 1.2 MB (on
-    one host, shared memory where the op has it)."""
+    one host, shared memory where the op has it); and on sizes that take
+    different paths."""
     cases: dict[str, Callable[[int, dist.ProcessGroup], Result]] = {}
     for name, op in ROOTED.items():
         for label, numel in (("", 10), ("_large", 300_000)):
@@ -126,6 +128,10 @@ def _rooted_cases() -> dict[str, Callable[[int, dist.ProcessGroup], Result]]:
             cases[f"{name}_dtype{label}"] = lambda rank, g, op=op, numel=numel: op(
                 rank, g, _mine(rank, numel, torch.float32 if rank == 0 else torch.int32), 1
             )
+        # Sizes on either side of the shared-memory threshold: rank 0 takes
+        # the link path, the others meet in shared memory, which no frame
+        # of rank 0's reaches unless it is checked on arrival.
+        cases[f"{name}_size_paths"] = lambda rank, g, op=op: op(rank, g, _mine(rank, 10 if rank == 0 else 300_000), 1)
     return cases
 
 
@@ -134,6 +140,8 @@ def _rooted_cases() -> dict[str, Callable[[int, dist.ProcessGroup], Result]]:
 CASES: dict[str, Callable[[int, dist.ProcessGroup], Result]] = {
     "size": lambda rank, g: _all_reduce(rank, g, _mine(rank, 10 if rank == 0 else 20)),
     "size_zero": lambda rank, g: _all_reduce(rank, g, _mine(rank, 0 if rank == 0 else 10)),
+    # The others meet in shared memory, where no frame moves.
+    "size_zero_large": lambda rank, g: _all_reduce(rank, g, _mine(rank, 0 if rank == 0 else 300_000)),
     "size_large": lambda rank, g: _all_reduce(rank, g, _mine(rank, 300_000 + (rank == 0))),
     "dtype": lambda rank, g: _all_reduce(rank, g, _mine(rank, dtype=torch.float32 if rank == 0 else torch.int32)),
     "reduce_op": lambda rank, g: _all_reduce(
@@ -171,28 +179,52 @@ def mismatch_worker(ctx: WorkerContext, case_names: list[str]) -> dict[str, tupl
 
 def _assert_mismatch_error(outcome: Outcome, where: str) -> None:
     assert outcome.raised, f"{where}: {outcome.describe()}"
+    assert "CollectiveMismatchError" in outcome.class_names, f"{where}: {outcome.describe()}"
     assert "DistBackendError" in outcome.class_names, f"{where}: {outcome.describe()}"
-    assert "mismatch" in outcome.message.lower(), f"{where}: {outcome.describe()}"
+    # The group's first op is sequence number 1: the error names it, even
+    # when it comes from the op after it.
+    assert "mismatch at sequence number 1:" in outcome.message, f"{where}: {outcome.describe()}"
     assert outcome.elapsed_s < BOUND_S, f"{where}: {outcome.describe()}"
+
+
+def _rooted_op_of(case: str) -> str | None:
+    op = case.split("_")[0]
+    return op if op in ROOTED else None
+
+
+# At world 2, the cases in which each rank only waits for data from the
+# other: with no data frame moving, the ranks' announcements
+# (Links::announce) are all that can reveal the mismatch, in the op.
+WAIT_FOR_EACH_OTHER = {"broadcast_root_other", "scatter_root_other", "gather_root", "reduce_root"}
 
 
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_mismatch_raises_on_every_rank(world_size: int) -> None:
-    """Every rank raises the mismatch from the mismatched op itself, the
-    ranks of a rooted op that only send and the ranks that named another root
-    included, and the group's next op fails too."""
+    """Every rank raises CollectiveMismatchError naming the mismatched op:
+    from the op itself when it is still in it once the mismatch is seen (a
+    rank that waits for data always is), else -- a rank that only sent, or
+    received all it expected before the disagreeing frame arrived -- from
+    the group's next op. Nothing hangs, and the op after the mismatch fails
+    on every rank."""
     names = list(CASES)
     per_rank = run_workers_ok(mismatch_worker, world_size, names, timeout=240)
     problems = []
-    for rank, outcomes in enumerate(per_rank):
-        for name in names:
+    for name in names:
+        raised_in_op = 0
+        for rank, outcomes in enumerate(per_rank):
             mismatched, later = outcomes[name]
             where = f"rank {rank} case {name}"
             try:
-                _assert_mismatch_error(mismatched, where)
+                first_error = mismatched if mismatched.raised else later
+                _assert_mismatch_error(first_error, where)
+                if (op := _rooted_op_of(name)) is not None:
+                    assert op in first_error.message, f"{where}: does not name {op}: {first_error.describe()}"
                 assert later.raised and "DistBackendError" in later.class_names, (
                     f"{where}: the op after the mismatch {later.describe()}"
                 )
+                raised_in_op += mismatched.raised
             except AssertionError as error:
                 problems.append(str(error).split("\n")[0])
+        if world_size == 2 and name in WAIT_FOR_EACH_OTHER and raised_in_op != world_size:
+            problems.append(f"case {name}: {raised_in_op} of {world_size} ranks raised in the op itself")
     assert not problems, "\n".join(problems)

@@ -155,6 +155,8 @@ def reduce_worker(ctx: WorkerContext) -> tuple[int, list[str]]:
             dist.reduce(tensor, dst=root, op=dist.ReduceOp.SUM)
             if ctx.rank == root:
                 check.close(f"large root={root} {dtype}", tensor, reference_reduce(inputs, "SUM"))
+            else:
+                check.close(f"large root={root} {dtype} (non-root input kept)", tensor, inputs[ctx.rank])
     inputs = [rank_input(rank, 40 * 9, torch.int32, 3).view(40, 9).t() for rank in range(world)]
     tensor = inputs[ctx.rank].clone(memory_format=torch.preserve_format)
     dist.reduce(tensor, dst=world - 1, op=dist.ReduceOp.MIN)

@@ -45,7 +45,7 @@ struct Partition {
 
 void allreduce(Links& links, void* data, size_t count, DataType type, ReduceKind kind, const AlgorithmConfig& config);
 void broadcast(Links& links, void* data, size_t bytes, int root, const AlgorithmConfig& config);
-// The result lands in `data` on `root`; other ranks' `data` is scratch.
+// The result lands in `data` on `root`; other ranks' `data` is only read.
 void reduce(Links& links, void* data, size_t count, DataType type, ReduceKind kind, int root, const AlgorithmConfig& config);
 // `data` holds every rank's block as laid out by `blocks`; on return this
 // rank's block holds the reduction of that block over all ranks. Other
@@ -59,18 +59,20 @@ void reduceScatterInto(
     const AlgorithmConfig& config);
 // `data` holds this rank's block; on return it holds every rank's block.
 void allgather(Links& links, void* data, const Partition& blocks, size_t elementBytes, const AlgorithmConfig& config);
-// Root receives every rank's `bytes` into `out` (rank order); `in` is this
-// rank's contribution.
-void gather(Links& links, const void* in, void* out, size_t bytes, int root);
-void scatter(Links& links, const void* in, void* out, size_t bytes, int root);
+// Root receives rank p's `bytes` into `outs[p]` (its own too: copied from
+// `in`, unless `outs[root]` is `in`); `in` is this rank's contribution. The
+// other ranks pass no `outs`.
+void gather(Links& links, const void* in, const std::vector<void*>& outs, size_t bytes, int root);
+// Rank p receives root's `ins[p]` (`bytes` long) into `out`; only the root
+// passes `ins`.
+void scatter(Links& links, const std::vector<const void*>& ins, void* out, size_t bytes, int root);
 // Sends the byte range `sendBlocks[p]` of `in` to rank p and receives rank
 // p's into `recvBlocks[p]` of `out`.
 void alltoall(Links& links, const void* in, const Partition& sendBlocks, void* out, const Partition& recvBlocks);
 void barrier(Links& links);
-// An op with nothing to move still exchanges empty messages with every peer
-// (an OpAgreement, agreement.h), so that every peer checks this op's header:
-// a peer that called it with data would otherwise wait for this rank until
-// its timeout.
+// An op with nothing to move still announces its signature to every peer
+// (Links::announce), so that a peer that called it with data, and waits for
+// this rank, finds out instead of waiting until its timeout.
 void emptyOp(Links& links);
 
 } // namespace monarch

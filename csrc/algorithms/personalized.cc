@@ -1,58 +1,55 @@
 // Collectives where each pair exchanges its own data: gather, scatter,
 // alltoall. Every transfer is posted at once and the links run them in
 // parallel; barrier is a dissemination of empty messages. An op with
-// nothing to move exchanges its signature with every peer instead.
+// nothing to move announces its signature to every peer instead.
 
 #include <cstring>
 
-#include "algorithms/agreement.h"
 #include "algorithms/chunks.h"
 #include "algorithms/collectives.h"
 
 namespace monarch {
 
 // In gather and scatter a rank but the root talks to the root alone, and
-// one side of each pair only sends: an OpAgreement (agreement.h) makes a
-// disagreement about the root, size or dtype fail every rank in the op.
-void gather(Links& links, const void* in, void* out, size_t bytes, int root) {
+// one side of each pair only sends. The side that receives announces itself
+// first (rooted.cc says why), so a disagreement about the root, size or
+// dtype fails the group: the receivers raise in this op, a sender that has
+// finished raises from its next op.
+void gather(Links& links, const void* in, const std::vector<void*>& outs, size_t bytes, int root) {
   const int n = links.size();
   const int r = links.rank();
-  OpAgreement agreement(links);
   if (r != root) {
     links.send(root, in, bytes);
   } else {
-    auto* dest = static_cast<char*>(out);
     for (int peer = 0; peer < n; ++peer) {
       if (peer != r) {
-        links.recv(peer, dest + peer * bytes, bytes);
+        links.announce(peer, Links::Announce::kIfBlocking);
+        links.recv(peer, outs[peer], bytes);
       }
     }
-    if (dest + r * bytes != in) {
-      std::memcpy(dest + r * bytes, in, bytes);
+    if (outs[r] != in) {
+      std::memcpy(outs[r], in, bytes);
     }
   }
-  agreement.confirm();
   links.waitAll();
 }
 
-void scatter(Links& links, const void* in, void* out, size_t bytes, int root) {
+void scatter(Links& links, const std::vector<const void*>& ins, void* out, size_t bytes, int root) {
   const int n = links.size();
   const int r = links.rank();
-  OpAgreement agreement(links);
   if (r != root) {
+    links.announce(root, Links::Announce::kIfBlocking);
     links.recv(root, out, bytes);
   } else {
-    const auto* src = static_cast<const char*>(in);
     for (int peer = 0; peer < n; ++peer) {
       if (peer != r) {
-        links.send(peer, src + peer * bytes, bytes);
+        links.send(peer, ins[peer], bytes);
       }
     }
-    if (src + r * bytes != out) {
-      std::memcpy(out, src + r * bytes, bytes);
+    if (ins[r] != out) {
+      std::memcpy(out, ins[r], bytes);
     }
   }
-  agreement.confirm();
   links.waitAll();
 }
 
@@ -77,7 +74,11 @@ void alltoall(Links& links, const void* in, const Partition& sendBlocks, void* o
 }
 
 void emptyOp(Links& links) {
-  OpAgreement(links).confirm();
+  for (int peer = 0; peer < links.size(); ++peer) {
+    if (peer != links.rank()) {
+      links.announce(peer, Links::Announce::kNow);
+    }
+  }
 }
 
 void barrier(Links& links) {

@@ -1,12 +1,22 @@
-// Rooted collectives: broadcast and reduce. Small messages walk a binomial
-// tree (log2(n) hops); large ones go through shared memory on one host, else
+// Rooted collectives: broadcast and reduce. Tiny broadcasts go from the root
+// to every rank at once, small messages walk a binomial tree (log2(n)
+// hops); large ones go through shared memory on one host, else
 // are pipelined in chunks, down a chain for broadcast, and through a
 // reduce-scatter plus a gather for reduce.
+//
+// Ranks that disagree about the op (root, size, dtype) find out from the
+// signature every frame carries (Channel::startOp): a rank that has to
+// block for data from a peer first announces itself to that peer
+// (Links::announce), so every rank that waits has sent its signature to
+// the rank it waits on, and no two ranks can wait on each other unchecked.
+// The rank that sees a disagreeing signature fails the group for everyone:
+// ranks still in the op raise CollectiveMismatchError in it; a rank that
+// only sends and has finished raises it from its next op on the group.
+// Nothing waits for an extra message: the check costs no round trip.
 
 #include <cstring>
 #include <vector>
 
-#include "algorithms/agreement.h"
 #include "algorithms/chunks.h"
 #include "algorithms/collectives.h"
 #include "algorithms/reduce_kernels.h"
@@ -22,7 +32,9 @@ void binomialBroadcast(Links& links, char* data, size_t bytes, int root) {
   int mask = 1;
   while (mask < n) {
     if (relative & mask) {
-      links.wait(links.recv(wrapRank(relative - mask + root, n), data, bytes));
+      const int parent = wrapRank(relative - mask + root, n);
+      links.announce(parent, Links::Announce::kIfBlocking);
+      links.wait(links.recv(parent, data, bytes));
       break;
     }
     mask <<= 1;
@@ -31,6 +43,21 @@ void binomialBroadcast(Links& links, char* data, size_t bytes, int root) {
     if (relative + mask < n) {
       links.send(wrapRank(relative + mask + root, n), data, bytes);
     }
+  }
+  links.waitAll();
+}
+
+// The root sends to every rank itself: one hop. Each hop of a tree costs a
+// wake-up of the receiving rank's threads, which outweighs the root's
+// sending n-1 copies while they add up to no more than a small message.
+void flatBroadcast(Links& links, char* data, size_t bytes, int root) {
+  if (links.rank() == root) {
+    for (int distance = 1; distance < links.size(); ++distance) {
+      links.send(wrapRank(root + distance, links.size()), data, bytes);
+    }
+  } else {
+    links.announce(root, Links::Announce::kIfBlocking);
+    links.recv(root, data, bytes);
   }
   links.waitAll();
 }
@@ -44,6 +71,7 @@ void chainBroadcast(Links& links, char* data, size_t bytes, int root, size_t chu
   if (relative == 0) {
     forEachChunk(0, bytes, chunkBytes, [&](size_t off, size_t cnt) { links.send(next, data + off, cnt); });
   } else {
+    links.announce(previous, Links::Announce::kIfBlocking);
     std::vector<Links::Handle> recvs;
     forEachChunk(0, bytes, chunkBytes, [&](size_t off, size_t cnt) {
       recvs.push_back(links.recv(previous, data + off, cnt));
@@ -63,15 +91,29 @@ void binomialReduce(Links& links, char* data, size_t count, DataType type, Reduc
   const int n = links.size();
   const int relative = wrapRank(links.rank() - root, n);
   const size_t bytes = count * elementSize(type);
+  bool hasChildren = false;
+  for (int mask = 1; mask < n && !(relative & mask); mask <<= 1) {
+    if (relative + mask < n) {
+      links.announce(wrapRank(relative + mask + root, n), Links::Announce::kIfBlocking);
+      hasChildren = true;
+    }
+  }
+  // The root accumulates in `data`; an inner rank in a copy, since its
+  // `data` is only read.
+  char* sum = data;
+  if (relative != 0 && hasChildren) {
+    sum = static_cast<char*>(links.workspace(bytes, Links::Workspace::kResult));
+    std::memcpy(sum, data, bytes);
+  }
   char* scratch = static_cast<char*>(links.workspace(bytes, Links::Workspace::kAlgorithm));
   for (int mask = 1; mask < n; mask <<= 1) {
     if (relative & mask) {
-      links.wait(links.send(wrapRank(relative - mask + root, n), data, bytes));
+      links.wait(links.send(wrapRank(relative - mask + root, n), sum, bytes));
       return;
     }
     if (relative + mask < n) {
       links.wait(links.recv(wrapRank(relative + mask + root, n), scratch, bytes));
-      reduceInto(data, scratch, count, type, kind);
+      reduceInto(sum, scratch, count, type, kind);
     }
   }
 }
@@ -88,16 +130,13 @@ void broadcast(Links& links, void* data, size_t bytes, int root, const Algorithm
   if (sharedBroadcast(links, data, bytes, root, config)) {
     return;
   }
-  // The root only sends, and a rank that named another root may receive
-  // nothing it could check: the agreement makes a disagreement fail every
-  // rank in this op.
-  OpAgreement agreement(links);
-  if (bytes <= config.smallMessageBytes) {
+  if (bytes * (links.size() - 1) <= config.smallMessageBytes) {
+    flatBroadcast(links, static_cast<char*>(data), bytes, root);
+  } else if (bytes <= config.smallMessageBytes) {
     binomialBroadcast(links, static_cast<char*>(data), bytes, root);
   } else {
     chainBroadcast(links, static_cast<char*>(data), bytes, root, config.chunkBytes);
   }
-  agreement.confirm();
 }
 
 void reduce(Links& links, void* data, size_t count, DataType type, ReduceKind kind, int root, const AlgorithmConfig& config) {
@@ -108,20 +147,22 @@ void reduce(Links& links, void* data, size_t count, DataType type, ReduceKind ki
   if (count == 0) {
     return emptyOp(links);
   }
-  // Ranks but the root only send: see broadcast. (On one host the
-  // reduce-scatter below agrees once more, for its shared-memory part.)
-  OpAgreement agreement(links);
   auto* bytes = static_cast<char*>(data);
   if (count * elementSize(type) <= config.smallMessageBytes || count < static_cast<size_t>(n)) {
-    binomialReduce(links, bytes, count, type, kind, root);
-    return agreement.confirm();
+    return binomialReduce(links, bytes, count, type, kind, root);
   }
+  // A reduce-scatter, which checks every rank's signature, the root
+  // included, before the blocks go to the root: the root reduces its block
+  // in place, the others theirs into reused memory, reading `data` where it
+  // lies.
   Partition blocks = Partition::even(count, n);
-  reduceScatter(links, bytes, blocks, type, kind, config);
   const size_t elem = elementSize(type);
   const int r = links.rank();
+  char* block = r == root ? bytes + blocks.offsets[r] * elem
+                          : static_cast<char*>(links.workspace(blocks.counts[r] * elem, Links::Workspace::kResult));
+  reduceScatterInto(links, bytes, block, blocks, type, kind, config);
   if (r != root) {
-    links.send(root, bytes + blocks.offsets[r] * elem, blocks.counts[r] * elem);
+    links.send(root, block, blocks.counts[r] * elem);
   } else {
     for (int peer = 0; peer < n; ++peer) {
       if (peer != root) {
@@ -129,7 +170,6 @@ void reduce(Links& links, void* data, size_t count, DataType type, ReduceKind ki
       }
     }
   }
-  agreement.confirm();
   links.waitAll();
 }
 

@@ -7,10 +7,10 @@
 #include <cstring>
 #include <vector>
 
-#include "algorithms/agreement.h"
 #include "algorithms/parallel.h"
 #include "algorithms/reduce_kernels.h"
 #include "algorithms/shared_memory.h"
+#include "algorithms/shared_signature.h"
 #include "algorithms/shared_slots.h"
 #include "common/helper_pool.h"
 
@@ -186,14 +186,13 @@ bool sharedAllreduce(Links& links, void* data, size_t count, DataType type, Redu
   }
   const size_t perRound = slotBytes(*regions) / elem;
   const bool streaming = count * elem >= kStreamingResultBytes;
-  OpAgreement agreement(links);
+  agreeThroughSharedMemory(links, *regions);
   for (size_t begin = 0; begin < count; begin += perRound, ++regions->rounds) {
     TiledRound round(
         *regions, links.size(), links.rank(), static_cast<char*>(data) + begin * elem, std::min(perRound, count - begin),
         type, kind, streaming);
     round.run(config.helpers);
   }
-  agreement.confirm();
   return true;
 }
 

@@ -19,9 +19,9 @@
 #include <functional>
 #include <vector>
 
-#include "algorithms/agreement.h"
 #include "algorithms/reduce_kernels.h"
 #include "algorithms/shared_memory.h"
+#include "algorithms/shared_signature.h"
 #include "algorithms/shared_slots.h"
 #include "common/helper_pool.h"
 
@@ -103,7 +103,7 @@ bool sharedReduceScatter(
   if (piece == 0) {
     return false; // more ranks than a slot has room for (a tiny Options.shm_segment_bytes)
   }
-  OpAgreement agreement(links);
+  agreeThroughSharedMemory(links, *regions);
   const auto* source = static_cast<const char*>(in);
   auto* result = static_cast<char*>(out);
   auto position = [](int block, int owner) { return block < owner ? block : block - 1; };
@@ -140,7 +140,6 @@ bool sharedReduceScatter(
     };
     TileExchange(*regions, n, r, (length + tile - 1) / tile).run(config.helpers, publish, take);
   }
-  agreement.confirm();
   return true;
 }
 
@@ -151,7 +150,7 @@ bool sharedAllgather(Links& links, void* data, const Partition& blocks, size_t e
   if (!regions) {
     return false;
   }
-  OpAgreement agreement(links);
+  agreeThroughSharedMemory(links, *regions);
   const size_t piece = slotBytes(*regions) / elementBytes;
   const size_t tile = tileElements(piece, elementBytes);
   auto* bytes = static_cast<char*>(data);
@@ -176,7 +175,6 @@ bool sharedAllgather(Links& links, void* data, const Partition& blocks, size_t e
     };
     TileExchange(*regions, n, r, (length + tile - 1) / tile).run(config.helpers, publish, take);
   }
-  agreement.confirm();
   return true;
 }
 

@@ -5,15 +5,15 @@
 // later, after the barrier of the round between, which no rank passes
 // before it has finished reading the previous round. One barrier per round
 // is therefore enough, and SharedRegions::rounds carries the alternation
-// from one op to the next. No data frame moves, so the op's signature is
-// checked by an OpAgreement (agreement.h).
+// from one op to the next. No data frame moves, so the ranks compare the
+// op's signature through shared memory first (shared_signature.h).
 
 #include "algorithms/shared_memory.h"
+#include "algorithms/shared_signature.h"
 
 #include <algorithm>
 
 #include "algorithms/parallel.h"
-#include "algorithms/agreement.h"
 #include "algorithms/shared_slots.h"
 
 namespace monarch {
@@ -25,7 +25,7 @@ bool sharedBroadcast(Links& links, void* data, size_t bytes, int root, const Alg
   }
   const size_t piece = slotBytes(*regions);
   auto* buffer = static_cast<char*>(data);
-  OpAgreement agreement(links);
+  agreeThroughSharedMemory(links, *regions);
   for (size_t begin = 0; begin < bytes; begin += piece, ++regions->rounds) {
     size_t length = std::min(piece, bytes - begin);
     if (links.rank() == root) {
@@ -36,7 +36,6 @@ bool sharedBroadcast(Links& links, void* data, size_t bytes, int root, const Alg
       copySpans({{buffer + begin, slotOf(*regions, root), length}}, config.helpers);
     }
   }
-  agreement.confirm();
   return true;
 }
 

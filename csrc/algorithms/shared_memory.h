@@ -7,7 +7,8 @@
 // data over the links. Each returns false, having done nothing, when the
 // message is smaller than config.shmMinBytes or the group has no shared
 // regions; the caller then runs its link algorithm. No data frame carries
-// the op's signature, so each checks it with an OpAgreement (agreement.h).
+// the op's signature, so each compares it through shared memory first
+// (shared_signature.h).
 
 #include "algorithms/collectives.h"
 

@@ -1,8 +1,8 @@
 #pragma once
 
 // The slots of the shared-memory collectives (shared_memory.cc,
-// shared_allreduce.cc): each round uses one half of every rank's region,
-// the next round the other.
+// shared_allreduce.cc, shared_blocks.cc): each round uses one half of every
+// rank's region, the next round the other.
 
 #include <cstddef>
 
@@ -18,8 +18,17 @@ inline SharedRegions* regionsFor(Links& links, size_t bytes, const AlgorithmConf
   return bytes >= config.shmMinBytes ? links.sharedRegions() : nullptr;
 }
 
+// Each region ends with the stamps of shared_signature.cc; the two halves
+// of slots take the rest.
+constexpr size_t kStampBytes = kSlotAlignment;
+constexpr size_t kStamps = 2;
+
 inline size_t slotBytes(const SharedRegions& regions) {
-  return regions.bytesPerRegion() / 2 / kSlotAlignment * kSlotAlignment;
+  return (regions.bytesPerRegion() - kStamps * kStampBytes) / 2 / kSlotAlignment * kSlotAlignment;
+}
+
+inline char* stampsOf(const SharedRegions& regions, int rank) {
+  return regions.region(rank) + 2 * slotBytes(regions);
 }
 
 // `rank`'s half of its region in the current round.

@@ -128,8 +128,10 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::reduce(std::vector<at::Tensor>& t
   DataType type = reducibleType(tensor, "reduce");
   ReductionPlan plan = planReduction(opts.reduceOp, type, "reduce");
   int root = static_cast<int>(opts.rootRank);
-  // Only the root's tensor receives the result; other ranks reduce a copy.
-  at::Tensor buffer = rank_ == root ? tensor.contiguous() : tensor.clone(at::MemoryFormat::Contiguous);
+  // Only the root's tensor receives the result; the algorithm only reads
+  // the others', unless the reduce op scales them first (plan.before).
+  const bool scales = plan.factor.has_value() || plan.factorTensor.has_value();
+  at::Tensor buffer = rank_ != root && scales ? tensor.clone(at::MemoryFormat::Contiguous) : tensor.contiguous();
   auto config = options_.algorithms;
   int n = size_;
   bool isRoot = rank_ == root;
@@ -246,18 +248,21 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::gather(
   int root = static_cast<int>(opts.rootRank);
   std::vector<at::Tensor> outs = gatherOutputs(outputs, input, rank_, root, size_, checkSameLayout);
   at::Tensor staged = input.contiguous();
-  at::Tensor flat = rank_ == root ? at::empty({size_ * input.numel()}, input.options()) : at::Tensor();
-  std::vector<at::Tensor> keep = outs;
-  keep.push_back(staged);
-  if (flat.defined()) {
-    keep.push_back(flat);
+  // The root's outputs receive in place; a non-contiguous one through a copy.
+  std::vector<at::Tensor> buffers;
+  std::vector<void*> targets;
+  for (const auto& out : outs) {
+    buffers.push_back(out.contiguous());
+    targets.push_back(buffers.back().data_ptr());
   }
+  std::vector<at::Tensor> keep = buffers;
+  keep.push_back(staged);
   return enqueue(
       c10d::OpType::GATHER, signatureFor(OpCode::kGather, wireType(input), wireCount(input), root), outs, keep,
       opts.timeout, [=](GroupLinks& links) mutable {
-        ::monarch::gather(links, staged.data_ptr(), flat.defined() ? flat.data_ptr() : nullptr, staged.nbytes(), root);
-        if (flat.defined()) {
-          unflattenInto(flat, outs);
+        ::monarch::gather(links, staged.data_ptr(), targets, staged.nbytes(), root);
+        for (size_t i = 0; i < outs.size(); ++i) {
+          copyBackIfStaged(outs[i], buffers[i]);
         }
       });
 }
@@ -269,16 +274,19 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::scatter(
   checkRoot(opts.rootRank, size_, "scatter");
   int root = static_cast<int>(opts.rootRank);
   std::vector<at::Tensor> pieces = scatterInputs(inputs, output, rank_, root, size_, checkSameLayout);
-  at::Tensor flat = pieces.empty() ? at::Tensor() : flattenAll(pieces);
   at::Tensor buffer = output.contiguous();
   std::vector<at::Tensor> keep{output, buffer};
-  if (flat.defined()) {
-    keep.push_back(flat);
+  // The root's inputs are sent from where they lie (a non-contiguous one
+  // from a copy).
+  std::vector<const void*> sources;
+  for (const auto& piece : pieces) {
+    keep.push_back(piece.contiguous());
+    sources.push_back(keep.back().data_ptr());
   }
   return enqueue(
       c10d::OpType::SCATTER, signatureFor(OpCode::kScatter, wireType(output), wireCount(output), root), {output}, keep,
       opts.timeout, [=](GroupLinks& links) mutable {
-        ::monarch::scatter(links, flat.defined() ? flat.data_ptr() : nullptr, buffer.data_ptr(), buffer.nbytes(), root);
+        ::monarch::scatter(links, sources, buffer.data_ptr(), buffer.nbytes(), root);
         copyBackIfStaged(output, buffer);
       });
 }

@@ -27,6 +27,8 @@ typename Map::mapped_type::value_type popOldest(Map& map, typename Map::iterator
 void Channel::bindPeers(const std::vector<std::shared_ptr<Connection>>& connectionByRank) {
   std::lock_guard<std::mutex> guard(mutex_);
   finishedSeq_ = 0; // a new group's sequence numbers start over
+  started_.clear();
+  earlySignatures_.clear();
   rankByConnection_.clear();
   peers_.clear();
   for (size_t rank = 0; rank < connectionByRank.size(); ++rank) {
@@ -119,6 +121,9 @@ TransferPtr Channel::claimPosted(Connection* from, const FrameHeader& header) {
 }
 
 TransferPtr Channel::claimPostedLocked(Connection* from, const FrameHeader& header) {
+  if (header.flags & kFrameSignatureOnly) {
+    return nullptr; // checked in deliverUnexpected, never claimed
+  }
   Key key = keyOf(from, header);
   auto it = posted_.find(key);
   if (it != posted_.end()) {
@@ -146,13 +151,68 @@ void Channel::deliverUnexpected(Connection* from, const FrameHeader& header, std
     fulfil(transfer, from, message);
     return;
   }
-  if (!(header.flags & kFramePointToPoint) && header.seq <= finishedSeq_) {
-    Status stray = strayFrameLocked(from, header);
+  if (header.flags & kFrameSignatureOnly) {
+    if (started_.empty() || header.seq > started_.rbegin()->first) {
+      earlySignatures_.emplace_back(from, header);
+      return;
+    }
+    Status mismatch = checkSignatureLocked(from, header);
     lock.unlock();
-    fail(stray, /*tellPeers=*/true);
+    if (!mismatch.ok()) {
+      fail(mismatch, /*tellPeers=*/true);
+    }
     return;
   }
+  if (!(header.flags & kFramePointToPoint)) {
+    Status mismatch = header.seq <= finishedSeq_ ? strayFrameLocked(from, header) : checkSignatureLocked(from, header);
+    if (!mismatch.ok()) {
+      lock.unlock();
+      fail(mismatch, /*tellPeers=*/true);
+      return;
+    }
+  }
   unexpected_[keyOf(from, header)].push_back(std::move(message));
+}
+
+Status Channel::checkSignatureLocked(Connection* from, const FrameHeader& header) {
+  auto it = started_.find(header.seq);
+  if (it == started_.end()) {
+    return {};
+  }
+  auto rank = rankByConnection_.find(from);
+  // Sizes are compared where a receive claims the frame; here, the signature.
+  return checkFrameMatches(header, 0, it->second, 0, rank == rankByConnection_.end() ? -1 : rank->second, header.seq);
+}
+
+void Channel::startOp(uint64_t seq, const OpSignature& signature) {
+  progress_ = seq;
+  Status mismatch;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    started_[seq] = signature;
+    while (started_.size() > kSignatureHistory) {
+      started_.erase(started_.begin());
+    }
+    for (auto& entry : unexpected_) {
+      if (mismatch.ok() && !entry.first.pointToPoint && entry.first.seq == seq) {
+        mismatch = checkSignatureLocked(entry.first.from, entry.second.front().header);
+      }
+    }
+    auto early = earlySignatures_.begin();
+    while (early != earlySignatures_.end()) {
+      if (early->second.seq == seq) {
+        if (mismatch.ok()) {
+          mismatch = checkSignatureLocked(early->first, early->second);
+        }
+        early = earlySignatures_.erase(early);
+      } else {
+        ++early;
+      }
+    }
+  }
+  if (!mismatch.ok()) {
+    fail(mismatch, /*tellPeers=*/true);
+  }
 }
 
 void Channel::finishOp(uint64_t seq, const OpSignature& signature) {

@@ -64,11 +64,12 @@ class Channel {
   // A peer shut down in order: what it sent can still be received, but
   // nothing more will come from it.
   void peerDeparted(Connection* connection);
-  // The last op this rank started on the channel, answered to peers'
-  // progress queries.
-  void setProgress(uint64_t seq) {
-    progress_ = seq;
-  }
+  // Worker side: this rank starts collective `seq` as `signature`. Every
+  // collective frame carries its op's signature, and each is compared with
+  // this rank's as soon as both are known, claimed or not (a signature-only
+  // frame is never claimed): frames already here for `seq` now, later ones
+  // on arrival. A frame of another signature breaks the group (a mismatch).
+  void startOp(uint64_t seq, const OpSignature& signature);
   uint64_t progress() const {
     return progress_;
   }
@@ -103,6 +104,9 @@ class Channel {
   };
 
   static Status departedStatus(int rank);
+  // A mismatch if this rank has started op header.seq under a signature
+  // other than the frame's; ok when they agree or the op is not known.
+  Status checkSignatureLocked(Connection* from, const FrameHeader& header);
   Status strayFrameLocked(Connection* from, const FrameHeader& header);
   static Key keyOf(Connection* from, const FrameHeader& header);
   TransferPtr claimPostedLocked(Connection* from, const FrameHeader& header);
@@ -126,6 +130,13 @@ class Channel {
   std::set<Connection*> departed_;
   uint64_t finishedSeq_ = 0; // the last collective this rank finished
   OpSignature finishedSignature_;
+  // The signatures of the last kSignatureHistory collectives this rank
+  // started, by sequence number: a peer's signature-only frame may arrive
+  // long after this rank finished the op (nobody waits for it).
+  static constexpr size_t kSignatureHistory = 1024;
+  std::map<uint64_t, OpSignature> started_;
+  // Signature-only frames of ops this rank has not started yet.
+  std::vector<std::pair<Connection*, FrameHeader>> earlySignatures_;
 };
 
 } // namespace monarch

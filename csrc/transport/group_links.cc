@@ -92,13 +92,14 @@ std::map<std::string, uint64_t> GroupLinks::transportBytes() const {
 
 void GroupLinks::beginOp(uint64_t seq, const OpSignature& signature, Deadline deadline, std::shared_ptr<void> keepalive) {
   seq_ = seq;
-  channel_->setProgress(seq);
   signature_ = signature;
   deadline_ = deadline;
   keepalive_ = std::move(keepalive);
   transfers_.clear();
   std::fill(sendSteps_.begin(), sendSteps_.end(), 0);
   std::fill(recvSteps_.begin(), recvSteps_.end(), 0);
+  owedAnnouncements_.clear();
+  channel_->startOp(seq, signature);
 }
 
 void GroupLinks::endOp() {
@@ -160,6 +161,24 @@ Links::Handle GroupLinks::recv(int peer, void* data, size_t bytes) {
   return transfers_.size() - 1;
 }
 
+void GroupLinks::announce(int peer, Announce when) {
+  checkPeer(peer);
+  if (when == Announce::kNow) {
+    connections_[peer]->sendControl(makeSignatureHeader(channel_->id(), seq_, signature_), {});
+  } else {
+    owedAnnouncements_.push_back(peer);
+  }
+}
+
+void GroupLinks::failMismatch(int peer, const std::string& how) {
+  Status status = Status::error(
+      ErrorKind::kMismatch, {peer},
+      "collective mismatch at sequence number " + std::to_string(seq_) + ": this rank called " + signature_.describe() +
+          " but rank " + std::to_string(peer) + " " + how);
+  channel_->fail(status, /*tellPeers=*/true);
+  throw OpFailure(status);
+}
+
 void GroupLinks::wait(Handle handle) {
   waitTransfer(transfers_.at(handle));
 }
@@ -214,6 +233,21 @@ void GroupLinks::postTaggedRecv(
 }
 
 void GroupLinks::waitTransfer(const TransferPtr& transfer) {
+  if (!owedAnnouncements_.empty()) {
+    bool done;
+    {
+      std::lock_guard<std::mutex> guard(signal_->mutex);
+      done = transfer->done;
+    }
+    if (!done) {
+      // About to block: the announcements go out now (Links::announce).
+      const FrameHeader header = makeSignatureHeader(channel_->id(), seq_, signature_);
+      for (int peer : owedAnnouncements_) {
+        connections_[peer]->sendControl(header, {});
+      }
+      owedAnnouncements_.clear();
+    }
+  }
   std::unique_lock<std::mutex> lock(signal_->mutex);
   signal_->cv.wait_until(
       lock, deadline_, [&] { return transfer->done || aborted_->load() || channel_->broken(); });

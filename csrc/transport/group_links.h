@@ -49,6 +49,14 @@ class GroupLinks : public Links {
   Handle recv(int peer, void* data, size_t bytes) override;
   void wait(Handle handle) override;
   void waitAll() override;
+  uint64_t sequence() const override {
+    return seq_;
+  }
+  const OpSignature& signature() const override {
+    return signature_;
+  }
+  void announce(int peer, Announce when) override;
+  [[noreturn]] void failMismatch(int peer, const std::string& how) override;
   void* workspace(size_t bytes, Workspace slot) override;
   SharedRegions* hostRegions() override;
   // Unmaps the shared-memory segments for good; no op may run after it.
@@ -104,9 +112,10 @@ class GroupLinks : public Links {
   std::vector<TransferPtr> transfers_;
   std::vector<uint32_t> sendSteps_;
   std::vector<uint32_t> recvSteps_;
+  std::vector<int> owedAnnouncements_; // peers announce() named, not yet sent
   // Grow-only scratch, one buffer per Workspace slot.
-  std::unique_ptr<char[]> workspaces_[2];
-  size_t workspaceBytes_[2] = {0, 0};
+  std::unique_ptr<char[]> workspaces_[3];
+  size_t workspaceBytes_[3] = {0, 0, 0};
   // Set up among hostRanks_ at the first op that asks; one attempt per
   // group, so that every rank of this host gives up alike when it fails.
   std::vector<int> hostRanks_;

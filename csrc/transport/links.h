@@ -2,9 +2,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "transport/shared_regions.h"
+#include "transport/wire.h"
 
 namespace monarch {
 
@@ -28,11 +30,30 @@ class Links {
   // Waits for every transfer posted in the current op.
   virtual void waitAll() = 0;
 
+  // The current op: its sequence number and what this rank called.
+  virtual uint64_t sequence() const = 0;
+  virtual const OpSignature& signature() const = 0;
+  // Sends `peer` this op's signature in a frame of nothing else that nobody
+  // waits for; the peer compares it with its own on arrival and fails the
+  // group on a mismatch. A rank that will wait for data from `peer`
+  // announces itself first (kIfBlocking), so that two ranks that each wait
+  // for the other (say, each named the other as the root) find out instead
+  // of hanging: the frame leaves when this rank first has to block in the
+  // op, so it costs nothing while the data is there already (then nobody
+  // waits for this rank either). An op that moves nothing announces itself
+  // to every peer at once (kNow), since it never blocks.
+  enum class Announce { kNow, kIfBlocking };
+  virtual void announce(int peer, Announce when) = 0;
+  // Fails the group for every rank (CollectiveMismatchError, told to every
+  // peer) because `peer` ran this op otherwise, as `how` says; throws
+  // OpFailure.
+  [[noreturn]] virtual void failMismatch(int peer, const std::string& how) = 0;
+
   // Scratch memory for the current op, kept across ops so that its pages are
   // faulted in once per group rather than once per op (which costs more than
   // the reduction itself for large tensors). Valid until the next call with
   // the same slot.
-  enum class Workspace { kAlgorithm, kStaging };
+  enum class Workspace { kAlgorithm, kStaging, kResult };
   virtual void* workspace(size_t bytes, Workspace slot) = 0;
 
   // The ranks on this rank's host, this one included, in rank order.

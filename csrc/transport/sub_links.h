@@ -1,5 +1,7 @@
 #pragma once
 
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "transport/links.h"
@@ -36,6 +38,19 @@ class SubLinks : public Links {
   }
   void waitAll() override {
     parent_.waitAll();
+  }
+  uint64_t sequence() const override {
+    return parent_.sequence();
+  }
+  const OpSignature& signature() const override {
+    return parent_.signature();
+  }
+  void announce(int peer, Announce when) override {
+    parent_.announce(members_[peer], when);
+  }
+  [[noreturn]] void failMismatch(int peer, const std::string& how) override {
+    parent_.failMismatch(members_[peer], how);
+    throw std::logic_error("Links::failMismatch returned"); // it throws: [[noreturn]] is not inherited
   }
   void* workspace(size_t bytes, Workspace slot) override {
     return parent_.workspace(bytes, slot);

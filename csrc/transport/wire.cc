@@ -99,6 +99,13 @@ FrameHeader makeDataHeader(
   return header;
 }
 
+FrameHeader makeSignatureHeader(uint64_t channel, uint64_t seq, const OpSignature& sig) {
+  FrameHeader header = makeDataHeader(channel, seq, 0, sig, 0, false);
+  header.flags = kFrameSignatureOnly;
+  header.checksum = headerChecksum(header);
+  return header;
+}
+
 FrameHeader makeControlHeader(FrameKind kind, uint64_t channel, uint64_t seq, uint64_t payloadBytes) {
   FrameHeader header = blankHeader(kind, channel, seq, payloadBytes);
   header.checksum = headerChecksum(header);
@@ -133,6 +140,10 @@ Status validateHeader(const FrameHeader& header) {
       // The link checks the exact length against the path's descriptor.
       if ((header.flags & kFramePathMask) && header.payloadBytes > kMaxPathDescriptor) {
         return corrupt("payload path descriptor too long");
+      }
+      if ((header.flags & kFrameSignatureOnly) &&
+          (header.payloadBytes != 0 || (header.flags & (kFramePathMask | kFramePointToPoint)))) {
+        return corrupt("signature-only frame with a payload");
       }
       if (header.dtype >= static_cast<uint8_t>(DataType::kCount)) {
         return corrupt("unknown dtype");

@@ -99,6 +99,11 @@ constexpr uint8_t kFramePathMask = 0x6;
 constexpr uint64_t kMaxPathDescriptor = 64;
 // On kReadDone: the read failed, send the payload inline over TCP instead.
 constexpr uint8_t kFrameResendInline = 0x8;
+// On a collective data frame: no payload, nothing to claim; it only carries
+// the sender's signature of op `seq`, which the receiver checks on arrival
+// (Channel) against its own. Sent by a rank that waits for data from the
+// peer, so that a peer that ran another op finds out (Links::announce).
+constexpr uint8_t kFrameSignatureOnly = 0x10;
 
 struct FrameHeader {
   uint32_t magic;
@@ -127,6 +132,8 @@ uint32_t headerChecksum(const FrameHeader& header);
 FrameHeader makeDataHeader(
     uint64_t channel, uint64_t seq, uint32_t step, const OpSignature& sig,
     uint64_t payloadBytes, bool pointToPoint);
+// A kFrameSignatureOnly data frame of op `seq`.
+FrameHeader makeSignatureHeader(uint64_t channel, uint64_t seq, const OpSignature& sig);
 FrameHeader makeControlHeader(FrameKind kind, uint64_t channel, uint64_t seq, uint64_t payloadBytes);
 // A payload path's kPathAddress or kPathReady; `pathFlag` names the path.
 FrameHeader makePathControlHeader(FrameKind kind, uint8_t pathFlag, uint64_t payloadBytes);
