@@ -26,20 +26,6 @@ SignatureStamp& stampOf(const SharedRegions& regions, int rank, uint64_t seq) {
   return *reinterpret_cast<SignatureStamp*>(stampsOf(regions, rank) + (seq % kStamps) * kStampBytes);
 }
 
-OpSignature signatureIn(const SignatureStamp& stamp) {
-  OpSignature signature;
-  signature.op = static_cast<OpCode>(stamp.op);
-  signature.dtype = static_cast<DataType>(stamp.dtype);
-  signature.count = stamp.count;
-  signature.root = stamp.root;
-  signature.reduceOp = stamp.reduceOp;
-  return signature;
-}
-
-bool sameSignature(const OpSignature& a, const OpSignature& b) {
-  return a.op == b.op && a.dtype == b.dtype && a.count == b.count && a.root == b.root && a.reduceOp == b.reduceOp;
-}
-
 } // namespace
 
 void agreeThroughSharedMemory(Links& links, SharedRegions& regions) {
@@ -62,8 +48,8 @@ void agreeThroughSharedMemory(Links& links, SharedRegions& regions) {
     if (seen != seq) {
       links.failMismatch(peer, "had gone past this op without running it through shared memory");
     }
-    const OpSignature got = signatureIn(theirs);
-    if (!sameSignature(got, mine)) {
+    const OpSignature got = signatureFrom(theirs);
+    if (got != mine) {
       links.failMismatch(peer, "called " + got.describe());
     }
   }

@@ -238,7 +238,7 @@ Status Channel::strayFrameLocked(Connection* from, const FrameHeader& header) {
   int rank = it == rankByConnection_.end() ? -1 : it->second;
   std::ostringstream out;
   out << "collective mismatch at sequence number " << header.seq << ": rank " << rank << " sent data for "
-      << signatureOf(header).describe() << " but this rank ";
+      << signatureFrom(header).describe() << " but this rank ";
   if (header.seq == finishedSeq_) {
     out << "called " << finishedSignature_.describe() << ", which expects no such data from rank " << rank;
   } else {

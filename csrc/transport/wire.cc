@@ -177,27 +177,15 @@ Status validateHeader(const FrameHeader& header) {
   return corrupt("unknown frame kind");
 }
 
-OpSignature signatureOf(const FrameHeader& header) {
-  OpSignature sig;
-  sig.op = static_cast<OpCode>(header.op);
-  sig.dtype = static_cast<DataType>(header.dtype);
-  sig.count = header.count;
-  sig.root = header.root;
-  sig.reduceOp = header.reduceOp;
-  return sig;
-}
-
 Status checkFrameMatches(
     const FrameHeader& header, uint64_t dataBytes, const OpSignature& expected, uint64_t expectedBytes, int peerRank,
     uint64_t seq) {
-  OpSignature got = signatureOf(header);
-  if (got.op != expected.op || got.dtype != expected.dtype || got.count != expected.count ||
-      got.root != expected.root || got.reduceOp != expected.reduceOp || dataBytes != expectedBytes) {
+  OpSignature got = signatureFrom(header);
+  if (got != expected || dataBytes != expectedBytes) {
     std::ostringstream out;
     out << "collective mismatch at sequence number " << seq << ": this rank called "
         << expected.describe() << " but rank " << peerRank << " called " << got.describe();
-    if (got.op == expected.op && got.dtype == expected.dtype && got.count == expected.count &&
-        got.root == expected.root && got.reduceOp == expected.reduceOp) {
+    if (got == expected) {
       out << " with a different size (" << dataBytes << " bytes, expected " << expectedBytes << ")";
     }
     return Status::error(ErrorKind::kMismatch, {peerRank}, out.str());

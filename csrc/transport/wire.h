@@ -71,7 +71,28 @@ struct OpSignature {
   uint8_t reduceOp = kNoReduceOp; // c10d's RedOpType numbering, for reducing ops
 
   std::string describe() const;
+
+  bool operator==(const OpSignature& other) const {
+    return op == other.op && dtype == other.dtype && count == other.count && root == other.root &&
+        reduceOp == other.reduceOp;
+  }
+  bool operator!=(const OpSignature& other) const {
+    return !(*this == other);
+  }
 };
+
+// The signature a record on the wire or in shared memory (a frame header, a
+// signature stamp) carries in fields of these names.
+template <typename Record>
+OpSignature signatureFrom(const Record& record) {
+  OpSignature signature;
+  signature.op = static_cast<OpCode>(record.op);
+  signature.dtype = static_cast<DataType>(record.dtype);
+  signature.count = record.count;
+  signature.root = record.root;
+  signature.reduceOp = record.reduceOp;
+  return signature;
+}
 
 enum class FrameKind : uint8_t {
   kData = 1,
@@ -141,7 +162,6 @@ FrameHeader makePathControlHeader(FrameKind kind, uint8_t pathFlag, uint64_t pay
 // Checks magic, checksum, kind and bounds of a header read off a link.
 Status validateHeader(const FrameHeader& header);
 
-OpSignature signatureOf(const FrameHeader& header);
 
 // Checks an incoming data frame carrying `dataBytes` against what the local
 // op expects.
