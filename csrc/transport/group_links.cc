@@ -171,10 +171,7 @@ void GroupLinks::announce(int peer, Announce when) {
 }
 
 void GroupLinks::failMismatch(int peer, const std::string& how) {
-  Status status = Status::error(
-      ErrorKind::kMismatch, {peer},
-      "collective mismatch at sequence number " + std::to_string(seq_) + ": this rank called " + signature_.describe() +
-          " but rank " + std::to_string(peer) + " " + how);
+  Status status = mismatchStatus(seq_, signature_, peer, how);
   channel_->fail(status, /*tellPeers=*/true);
   throw OpFailure(status);
 }

@@ -182,15 +182,21 @@ Status checkFrameMatches(
     uint64_t seq) {
   OpSignature got = signatureFrom(header);
   if (got != expected || dataBytes != expectedBytes) {
-    std::ostringstream out;
-    out << "collective mismatch at sequence number " << seq << ": this rank called "
-        << expected.describe() << " but rank " << peerRank << " called " << got.describe();
+    std::string theirs = "called " + got.describe();
     if (got == expected) {
-      out << " with a different size (" << dataBytes << " bytes, expected " << expectedBytes << ")";
+      theirs += " with a different size (" + std::to_string(dataBytes) + " bytes, expected " +
+          std::to_string(expectedBytes) + ")";
     }
-    return Status::error(ErrorKind::kMismatch, {peerRank}, out.str());
+    return mismatchStatus(seq, expected, peerRank, theirs);
   }
   return {};
+}
+
+Status mismatchStatus(uint64_t seq, const OpSignature& mine, int peer, const std::string& theirs) {
+  return Status::error(
+      ErrorKind::kMismatch, {peer},
+      "collective mismatch at sequence number " + std::to_string(seq) + ": this rank called " + mine.describe() +
+          " but rank " + std::to_string(peer) + " " + theirs);
 }
 
 std::string encodeNotice(const Status& status) {

@@ -162,6 +162,9 @@ FrameHeader makePathControlHeader(FrameKind kind, uint8_t pathFlag, uint64_t pay
 // Checks magic, checksum, kind and bounds of a header read off a link.
 Status validateHeader(const FrameHeader& header);
 
+// The mismatch of op `seq`: this rank called `mine`, and rank `peer` did
+// what `theirs` says ("called ...", "had gone past this op ...").
+Status mismatchStatus(uint64_t seq, const OpSignature& mine, int peer, const std::string& theirs);
 
 // Checks an incoming data frame carrying `dataBytes` against what the local
 // op expects.
