@@ -71,9 +71,7 @@ class ProcForkserver:
 
     def __init__(self, preload: Sequence[str], env: Optional[Mapping[str, str]] = None) -> None:
         self.preload = tuple(preload)
-        # The job's environment over this proc's: preload modules read their settings from it at
-        # import (the demo's warm-up skips its CPU step on --device cuda), as the workers will.
-        self.env = {**os.environ, **(env or {})}
+        self.env = dict(env or {})
         self._dir = tempfile.mkdtemp(prefix="monarch-forkserver-")
         self.socket_path = os.path.join(self._dir, "socket")
         self._exits = os.path.join(self._dir, "exits")
@@ -88,7 +86,9 @@ class ProcForkserver:
         process = self._process = subprocess.Popen(
             [sys.executable, "-m", __name__, self.socket_path, self._exits, str(os.getpid()), *self.preload],
             stdout=subprocess.PIPE,
-            env=self.env,
+            # The job's environment over this proc's: preload modules read their settings from it at
+            # import (the demo's warm-up skips its CPU step on --device cuda), as the workers will.
+            env={**os.environ, **self.env},
         )
         assert process.stdout is not None
         try:
