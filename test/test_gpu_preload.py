@@ -17,6 +17,9 @@
    with one error naming what is missing.
 3. ``monarch-run`` forks workers from the server by default on a GPU host,
    not otherwise, and never against an explicit ``--start-method``.
+4. Both servers are told the workers' script arguments
+   (``supervision.preload.worker_args``), so a preload can do the workers'
+   start-up once (TorchTitan's tokenizer and dataset: test_torchtitan_startup).
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ from commands import repo_env, run_bounded
 from torch_monarch.demo.device import DeviceUnavailableError, require_device
 from torch_monarch.launch import replica_main
 from torch_monarch.launch.args import parse_args
-from torch_monarch.supervision.preload import PreloadError
+from torch_monarch.job.config import JobConfig, TrainerSpec
+from torch_monarch.supervision.preload import WORKER_ARGS_ENV, PreloadError, worker_args
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -221,3 +225,38 @@ def test_workers_fork_from_the_server_by_default_on_gpu_hosts(
     monkeypatch.delenv("PET_START_METHOD", raising=False)
     monkeypatch.setattr(replica_main, "_gpus_visible", lambda: gpu)
     assert replica_main._forks_workers(parse_args([*flags, "train.py"])) is forks
+
+
+def test_the_forkserver_is_told_the_workers_arguments(tmp_path: Path) -> None:
+    """``monarch-run --preload``: the server's preload reads the arguments the workers then get."""
+    seen, ran = tmp_path / "seen", tmp_path / "ran"
+    (tmp_path / "reads_args.py").write_text(
+        "import json, os\n"
+        "from torch_monarch.supervision.preload import worker_args\n"
+        f"open({str(seen)!r}, 'a').write(json.dumps(worker_args()) + '\\n')\n"
+    )
+    script = tmp_path / "train.py"
+    script.write_text(f"import json, sys\nopen({str(ran)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n")
+    command = [sys.executable, "-m", "torch_monarch.run", "--replicas", "1", "--nproc-per-node", "1", "--status", "none",
+               "--run-dir", str(tmp_path / "run"), "--preload", "reads_args", str(script), "--lr", "0.1", "a b"]  # fmt: skip
+    env = repo_env()
+    env["PYTHONPATH"] = f"{tmp_path}:{env['PYTHONPATH']}"
+    result = run_bounded(command, 150, env)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert seen.read_text().splitlines() == ['["--lr", "0.1", "a b"]']  # one server, told once
+    assert ran.read_text().splitlines() == ['["--lr", "0.1", "a b"]']
+
+
+def test_the_monarch_replicas_forkserver_gets_the_workers_arguments_with_the_jobs_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    job = JobConfig(replicas=1, min_replicas=1, trainer=TrainerSpec(script="train.py", args=("--steps", "5")), run_dir="run")
+    monkeypatch.setenv(WORKER_ARGS_ENV, job.worker_env()[WORKER_ARGS_ENV])
+    assert worker_args() == ["--steps", "5"]
+
+
+def test_a_malformed_worker_arguments_variable_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    for malformed in ('{"steps": 5}', "[5]", "--steps 5"):
+        monkeypatch.setenv(WORKER_ARGS_ENV, malformed)
+        with pytest.raises(ValueError, match="MONARCH_WORKER_ARGS is not a JSON list of strings"):
+            worker_args()
+    monkeypatch.delenv(WORKER_ARGS_ENV)
+    assert worker_args() is None

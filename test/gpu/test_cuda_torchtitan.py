@@ -4,7 +4,8 @@
 debug model, DiLoCo every 5 steps) on the one GPU, workers forked from a
 server that preloaded TorchTitan (``torchtitan_preload``), with
 ``--fault_tolerance.process_group monarch``
-(torch_monarch.integrations.torchtitan). A worker of replica 1 is killed
+(torch_monarch.integrations.torchtitan), and with the tokenizer and the
+dataset loaded there once (torchtitan_startup). A worker of replica 1 is killed
 mid-training: replica 0 keeps training, replica 1 is restarted by its
 supervisor, heals from replica 0 at the next outer sync (its step jumps to
 the donor's) and trains in the full quorum again. Then the same job runs
@@ -205,7 +206,11 @@ def test_torchtitan_trains_through_a_killed_worker(tmp_path: Path) -> None:
         healthy_steps_while_down=sum(killed_at < s["t"] < rejoined["t"] for s in healthy),
         healthy_attempts=sorted({s["attempt"] for s in healthy}),
     )
-    print("restarted worker, after the kill:\n" + "\n".join(_restart_timeline(run_dir, killed_at, rejoined["t"])))
+    timeline = _restart_timeline(run_dir, killed_at, rejoined["t"])
+    print("restarted worker, after the kill:\n" + "\n".join(timeline))
+    # The forkserver loaded the tokenizer and the dataset once; the restarted worker read neither again.
+    report["kept_in_forkserver"] = "torchtitan_preload: loaded in the forkserver: tokenizer" in (killed_root / "monarch-run.log").read_text()
+    report["restart_read_tokenizer"] = any("Loading tokenizer from" in line for line in timeline)
     compared = sorted(_losses([s for s in restarted if s["step"] > rejoined["step"]]))[SETTLE : SETTLE + COMPARED]
 
     # 4. The same job without a failure, past the last step compared.
@@ -230,6 +235,7 @@ def test_torchtitan_trains_through_a_killed_worker(tmp_path: Path) -> None:
     print(f"torchtitan through a kill: {report}")
 
     assert report["healthy_attempts"] == [0], report  # replica 0 was never restarted
+    assert report["kept_in_forkserver"] and not report["restart_read_tokenizer"], report
     assert report["rejoin_s"] <= REJOIN_TARGET_S, report
     assert report["healthy_steps_while_down"] > 0, report  # and kept training while replica 1 was down
     # Replica 1 restarted from scratch, then healed from the donor at an outer sync: its step jumped past the kill.

@@ -41,6 +41,8 @@ import sys
 from datetime import timedelta
 from typing import Any, Callable, Optional, Sequence
 
+from torch_monarch.integrations.patching import wrap_once
+
 __all__ = ["PROCESS_GROUP", "install", "main", "preload"]
 
 logger: logging.Logger = logging.getLogger(__name__)
@@ -58,7 +60,6 @@ _TRAINERS = (
     ("torchtitan.trainer", "Trainer"),  # 0.3.x
     ("torchtitan.train", "Trainer"),  # 0.2.x
 )
-_HOOKED = "_torch_monarch_hook"
 _LOGGED_LOSS = "_torch_monarch_logged_loss"  # (step, loss) TorchTitan's metrics last logged
 
 
@@ -92,15 +93,6 @@ def _hooked(init: Callable[..., None]) -> Callable[..., None]:
     return __init__
 
 
-def _wrap_once(owner: type, name: str, wrap: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
-    """Replaces ``owner.name`` by ``wrap(owner.name)`` unless this module did already."""
-    method = getattr(owner, name)
-    if not getattr(method, _HOOKED, False):
-        wrapped = wrap(method)
-        setattr(wrapped, _HOOKED, True)
-        setattr(owner, name, wrapped)
-
-
 def install() -> list[str]:
     """Hooks every TorchTitan FT manager class present; returns their names. Idempotent.
 
@@ -116,7 +108,7 @@ def install() -> list[str]:
         ) from e
     hooked = []
     for manager in _present(_MANAGERS):
-        _wrap_once(manager, "__init__", _hooked)
+        wrap_once(manager, "__init__", _hooked)
         hooked.append(f"{manager.__module__}.{manager.__qualname__}")
     if not hooked:
         raise ImportError(
@@ -221,20 +213,28 @@ def _hook_trainers() -> list[type]:
 
     trainers = _trainer_classes()
     for trainer_class in trainers:
-        _wrap_once(trainer_class, "train_step", _reporting)
-    _wrap_once(MetricsProcessor, "log", _remembering_loss)
-    _wrap_once(ConfigManager, "parse_args", _current_argv)
+        wrap_once(trainer_class, "train_step", _reporting)
+    wrap_once(MetricsProcessor, "log", _remembering_loss)
+    wrap_once(ConfigManager, "parse_args", _current_argv)
     return trainers
 
 
-def preload() -> None:
-    """What a forkserver imports for TorchTitan workers (``torchtitan_preload``): its trainers, hooked.
+def preload() -> list[str]:
+    """What a forkserver does for TorchTitan workers (``torchtitan_preload``); returns what it loaded.
 
-    Every restarted worker forks with them loaded. TorchTitan asks
+    Imports TorchTitan's trainers, hooked, and loads the tokenizer and the
+    dataset the workers' arguments name (``torchtitan_startup``): every
+    worker, restarted ones included, forks with them loaded. TorchTitan asks
     ``torch.cuda.is_available()`` at import, which the forkserver answers
     through NVML, so CUDA stays uninitialised (``supervision/cuda_clean.py``).
     """
+    from torch_monarch.integrations import torchtitan_startup
+    from torch_monarch.supervision.preload import worker_args
+
     _hook_trainers()
+    torchtitan_startup.keep()
+    args = worker_args()
+    return torchtitan_startup.warm(args) if args is not None else []
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:

@@ -12,7 +12,7 @@ from typing import Optional
 
 from torch_monarch.quorum.lighthouse import LighthouseConfig
 from torch_monarch.supervision.policy import RestartPolicy
-from torch_monarch.supervision.preload import base_preload
+from torch_monarch.supervision.preload import base_preload, worker_args_env
 from torch_monarch.supervision.probes import HangConfig
 
 __all__ = ["AgentFlags", "JobConfig", "SchedulerChoice", "TrainerSpec", "sync_env"]
@@ -117,8 +117,8 @@ class JobConfig:
         return [str(i) for i in range(self.replicas)]
 
     def worker_env(self) -> dict[str, str]:
-        """Everything a worker's environment gets from the job (besides its identity)."""
-        return {**self.env, **sync_env(self.sync_mode, self.sync_every)}
+        """Everything a worker's environment (and its forkserver's) gets from the job (besides its identity)."""
+        return {**self.env, **sync_env(self.sync_mode, self.sync_every), **worker_args_env(self.trainer.args)}
 
 
 def sync_env(mode: Optional[str], every: Optional[int]) -> dict[str, str]:

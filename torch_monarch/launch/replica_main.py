@@ -15,7 +15,7 @@ import os
 import uuid
 
 from torch_monarch.launch.args import hang_config, restart_policy, sync_env
-from torch_monarch.supervision.preload import base_preload
+from torch_monarch.supervision.preload import base_preload, worker_args_env
 from torch_monarch.supervision.replica import ReplicaOptions, run_replica
 from torch_monarch.supervision.rundir import RunDir
 
@@ -104,6 +104,8 @@ def run_replica_mode(args: argparse.Namespace) -> int:
     if preload and args.module:
         cmd = run_script_module  # the workers run the module, forked from the server, not a new interpreter
     env = {"REPLICA_GROUP_ID": replica_id, "NUM_REPLICA_GROUPS": str(args.replicas)}
+    if preload:
+        env.update(worker_args_env(args.training_script_args))  # the forkserver's preload may read them
     if args.lighthouse:
         env["TORCHFT_LIGHTHOUSE"] = args.lighthouse
     env.update(sync_env(args))

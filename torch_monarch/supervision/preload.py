@@ -11,6 +11,7 @@ server's reason (a module that initialised CUDA, or failed to import).
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import multiprocessing.forkserver
 import os
@@ -19,12 +20,24 @@ import tempfile
 import threading
 from typing import Optional, Sequence
 
-__all__ = ["FORKSERVER_START_TIMEOUT_S", "PRELOAD_ENV", "PreloadError", "VERDICT_ENV", "base_preload", "start_forkserver"]
+__all__ = [
+    "FORKSERVER_START_TIMEOUT_S",
+    "PRELOAD_ENV",
+    "PreloadError",
+    "VERDICT_ENV",
+    "WORKER_ARGS_ENV",
+    "base_preload",
+    "start_forkserver",
+    "worker_args",
+    "worker_args_env",
+]
 
 #: the modules the server imports (comma-separated), read by ``_forkserver_preload``
 PRELOAD_ENV = "MONARCH_FORKSERVER_PRELOAD"
 #: where the server writes why it refused its preload
 VERDICT_ENV = "MONARCH_FORKSERVER_VERDICT"
+#: the workers' script arguments (a JSON list), for preload modules whose start-up work depends on them
+WORKER_ARGS_ENV = "MONARCH_WORKER_ARGS"
 _PRELOAD_MODULE = "torch_monarch.supervision._forkserver_preload"
 #: how long a forkserver (either orchestrator's) may take to import its preload before it counts as hung
 FORKSERVER_START_TIMEOUT_S = 300.0
@@ -42,6 +55,29 @@ def base_preload(extra: Sequence[str]) -> list[str]:
     if importlib.util.find_spec("torchft") is not None:
         modules.append("torchft")
     return modules + [m for m in extra if m not in modules]
+
+
+def worker_args_env(args: Sequence[str]) -> dict[str, str]:
+    """The environment that tells a forkserver (either orchestrator's) the arguments its workers will get."""
+    return {WORKER_ARGS_ENV: json.dumps(list(args))}
+
+
+def worker_args() -> Optional[list[str]]:
+    """In a forkserver's preload module: the script arguments of the workers it will fork (None: not told).
+
+    A preload can then do once what every worker would do at start-up from
+    those arguments (say load a tokenizer), and the workers inherit it.
+    """
+    raw = os.environ.get(WORKER_ARGS_ENV)
+    if raw is None:
+        return None
+    try:
+        args = json.loads(raw)
+    except ValueError:
+        args = None
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        raise ValueError(f"{WORKER_ARGS_ENV} is not a JSON list of strings: {raw[:200]!r}")
+    return args
 
 
 def _server_pid() -> Optional[int]:
