@@ -231,20 +231,25 @@ def test_the_forkserver_is_told_the_workers_arguments(tmp_path: Path) -> None:
     """``monarch-run --preload``: the server's preload reads the arguments the workers then get."""
     seen, ran = tmp_path / "seen", tmp_path / "ran"
     (tmp_path / "reads_args.py").write_text(
-        "import json, os\n"
+        "import json, sys\n"
         "from torch_monarch.supervision.preload import worker_args\n"
         f"open({str(seen)!r}, 'a').write(json.dumps(worker_args()) + '\\n')\n"
+        "print('reads_args: told', worker_args(), file=sys.stderr, flush=True)\n"
     )
     script = tmp_path / "train.py"
     script.write_text(f"import json, sys\nopen({str(ran)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n")
-    command = [sys.executable, "-m", "torch_monarch.run", "--replicas", "1", "--nproc-per-node", "1", "--status", "none",
+    command = [sys.executable, "-m", "torch_monarch.run", "--replicas", "2", "--nproc-per-node", "1", "--status", "none",
                "--run-dir", str(tmp_path / "run"), "--preload", "reads_args", str(script), "--lr", "0.1", "a b"]  # fmt: skip
     env = repo_env()
     env["PYTHONPATH"] = f"{tmp_path}:{env['PYTHONPATH']}"
     result = run_bounded(command, 150, env)
     assert result.returncode == 0, result.stdout[-3000:]
-    assert seen.read_text().splitlines() == ['["--lr", "0.1", "a b"]']  # one server, told once
-    assert ran.read_text().splitlines() == ['["--lr", "0.1", "a b"]']
+    assert seen.read_text().splitlines() == ['["--lr", "0.1", "a b"]'] * 2  # one server per replica, told once
+    assert ran.read_text().splitlines() == ['["--lr", "0.1", "a b"]'] * 2
+    # What a preload prints goes where its replica agent's output goes.
+    for replica in "01":
+        agent_log = (tmp_path / "run" / "replicas" / replica / "agent.log").read_text()
+        assert "reads_args: told ['--lr', '0.1', 'a b']" in agent_log
 
 
 def test_the_monarch_replicas_forkserver_gets_the_workers_arguments_with_the_jobs_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -208,9 +208,12 @@ def test_torchtitan_trains_through_a_killed_worker(tmp_path: Path) -> None:
     )
     timeline = _restart_timeline(run_dir, killed_at, rejoined["t"])
     print("restarted worker, after the kill:\n" + "\n".join(timeline))
-    # The forkserver loaded the tokenizer and the dataset once; the restarted worker read neither again.
-    report["kept_in_forkserver"] = "torchtitan_preload: loaded in the forkserver: tokenizer" in (killed_root / "monarch-run.log").read_text()
+    # The forkserver (its output is the replica agent's) loaded the tokenizer and the dataset once; the
+    # restarted worker prepared its dataset from them without reading the tokenizer again.
+    agent_log = (run_dir / "replicas" / "1" / "agent.log").read_text(errors="replace")
+    report["kept_in_forkserver"] = "torchtitan_preload: loaded in the forkserver: tokenizer" in agent_log
     report["restart_read_tokenizer"] = any("Loading tokenizer from" in line for line in timeline)
+    assert any("Preparing c4_test dataset" in line for line in timeline), timeline  # the restarted worker's own log
     compared = sorted(_losses([s for s in restarted if s["step"] > rejoined["step"]]))[SETTLE : SETTLE + COMPARED]
 
     # 4. The same job without a failure, past the last step compared.
