@@ -133,7 +133,12 @@ def test_monarch_orchestrator_exports_sync_to_trainers() -> None:
 
     args = parse_args(["--orchestrator", "monarch", "--sync", "per-step", "--sync-every", "7", "train.py"])
     env = job_config(args, env={"MONARCH_START_BARRIER": "1"}).worker_env()
-    assert env == {"MONARCH_START_BARRIER": "1", "MONARCH_SYNC_MODE": "per-step", "MONARCH_SYNC_EVERY": "7"}
+    assert env == {
+        "MONARCH_START_BARRIER": "1",
+        "MONARCH_SYNC_MODE": "per-step",
+        "MONARCH_SYNC_EVERY": "7",
+        "MONARCH_WORKER_ARGS": "[]",  # train.py's arguments, for the trainers' forkserver
+    }
 
 
 @pytest.mark.parametrize(
