@@ -124,4 +124,6 @@ def test_warm_that_fails_leaves_the_loading_to_the_workers(tmp_path: Path, loads
 
     monkeypatch.setattr(torchtitan.config.manager, "ConfigManager", _Config02)
     assert startup.warm(["--model.hf_assets_path", str(tmp_path / "missing")]) == []
+    # Arguments the parser rejects (it exits, as TorchTitan's does): the workers will say so themselves.
+    assert startup.warm(["--no-such-flag"]) == []
     assert startup._tokenizers == {}

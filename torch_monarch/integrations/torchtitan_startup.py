@@ -111,7 +111,8 @@ def warm(args: Sequence[str]) -> list[str]:
         if dataset is not None:
             dataset.loader(path or dataset.path)
             loaded.append(f"dataset {name} ({path or dataset.path})")
-    except Exception as e:  # noqa: BLE001 - the workers load it themselves, and raise there
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - the workers load it themselves, and raise there
+        # (SystemExit: TorchTitan's argument parser exits on arguments it rejects)
         logger.warning("TorchTitan's start-up not done in the forkserver (%s: %s); every worker does it", type(e).__name__, e)
     finally:
         if bars:
