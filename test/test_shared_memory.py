@@ -25,7 +25,8 @@ large collectives through a segment per rank that every rank maps.
 - Reduce-scatter and allgather over many rounds of small slots, two threads
   per rank, blocks of an odd length, back to back with other ops: right
   results, and reduce_scatter_tensor leaves its input as it was (it reads
-  the input where it lies).
+  the input where it lies); all_gather_into_tensor right also with its
+  input inside its output, as FSDP calls it.
 
 The collective suites (test_reductions.py, test_data_movement.py) cover
 every collective, dtype and op through shared memory (transport "shm").
@@ -163,6 +164,14 @@ def block_rounds_worker(ctx: WorkerContext) -> tuple[int, list[str]]:
         gathered = torch.empty(n * block)
         dist.all_gather_into_tensor(gathered, inputs[ctx.rank][:block], group=group)
         check.close(f"all_gather_into_tensor {repeat}", gathered, torch.cat([x[:block] for x in inputs]))
+        # As FSDP calls it: the input is this rank's block of the output.
+        in_place = torch.zeros(n * block)
+        in_place.narrow(0, ctx.rank * block, block).copy_(inputs[ctx.rank][:block])
+        dist.all_gather_into_tensor(in_place, in_place.narrow(0, ctx.rank * block, block), group=group)
+        check.close(f"in-place all_gather_into_tensor {repeat}", in_place, torch.cat([x[:block] for x in inputs]))
+        pieces = [torch.empty(block) for _ in range(n)]
+        dist.all_gather(pieces, inputs[ctx.rank][:block], group=group)
+        check.close(f"all_gather {repeat}", torch.cat(pieces), torch.cat([x[:block] for x in inputs]))
 
         tensor = inputs[ctx.rank].clone()
         dist.all_reduce(tensor, group=group)
@@ -172,7 +181,7 @@ def block_rounds_worker(ctx: WorkerContext) -> tuple[int, list[str]]:
 
 
 def test_block_collectives_over_many_rounds() -> None:
-    assert_all_passed(run_workers_ok(block_rounds_worker, 3), min_checks=16)
+    assert_all_passed(run_workers_ok(block_rounds_worker, 3), min_checks=22)
 
 
 def one_allreduce_worker(ctx: WorkerContext) -> tuple[int, list[str]]:

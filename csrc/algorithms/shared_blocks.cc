@@ -143,7 +143,8 @@ bool sharedReduceScatter(
   return true;
 }
 
-bool sharedAllgather(Links& links, void* data, const Partition& blocks, size_t elementBytes, const AlgorithmConfig& config) {
+bool sharedAllgather(
+    Links& links, const void* in, void* out, const Partition& blocks, size_t elementBytes, const AlgorithmConfig& config) {
   const int n = links.size();
   const int r = links.rank();
   SharedRegions* regions = regionsFor(links, blocks.maxCount() * elementBytes * n, config);
@@ -153,7 +154,9 @@ bool sharedAllgather(Links& links, void* data, const Partition& blocks, size_t e
   agreeThroughSharedMemory(links, *regions);
   const size_t piece = slotBytes(*regions) / elementBytes;
   const size_t tile = tileElements(piece, elementBytes);
-  auto* bytes = static_cast<char*>(data);
+  const auto* source = static_cast<const char*>(in);
+  auto* bytes = static_cast<char*>(out);
+  char* own = bytes + blocks.offsets[r] * elementBytes;
   for (size_t begin = 0; begin < blocks.maxCount(); begin += piece, ++regions->rounds) {
     const size_t length = std::min(piece, blocks.maxCount() - begin);
     auto span = [&](int owner, size_t t) {
@@ -161,9 +164,11 @@ bool sharedAllgather(Links& links, void* data, const Partition& blocks, size_t e
       return clipped(blocks.counts[owner], at, std::min(tile, begin + length - at)) * elementBytes;
     };
     auto publish = [&](size_t t) {
-      std::memcpy(
-          slotOf(*regions, r) + t * tile * elementBytes, bytes + (blocks.offsets[r] + begin + t * tile) * elementBytes,
-          span(r, t));
+      const size_t at = (begin + t * tile) * elementBytes;
+      std::memcpy(slotOf(*regions, r) + t * tile * elementBytes, source + at, span(r, t));
+      if (own != source) {
+        std::memcpy(own + at, source + at, span(r, t)); // the tile is still in the cache
+      }
     };
     auto take = [&](size_t t) {
       for (int distance = 1; distance < n; ++distance) {

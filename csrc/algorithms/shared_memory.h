@@ -20,7 +20,10 @@ bool sharedAllreduce(Links& links, void* data, size_t count, DataType type, Redu
 bool sharedReduceScatter(
     Links& links, const void* in, void* out, const Partition& blocks, DataType type, ReduceKind kind,
     const AlgorithmConfig& config);
-bool sharedAllgather(Links& links, void* data, const Partition& blocks, size_t elementBytes, const AlgorithmConfig& config);
+// Publishes this rank's block from `in` (which may be that block of `out`)
+// and writes every rank's block to `out`.
+bool sharedAllgather(
+    Links& links, const void* in, void* out, const Partition& blocks, size_t elementBytes, const AlgorithmConfig& config);
 bool sharedBroadcast(Links& links, void* data, size_t bytes, int root, const AlgorithmConfig& config);
 
 } // namespace monarch

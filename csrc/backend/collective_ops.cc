@@ -153,18 +153,19 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::allgather(
   at::Tensor input = singleTensor(inputs, "allgather");
   allgatherOutputs(outputs, input, size_, checkSameLayout);
   at::Tensor flat = at::empty({size_ * input.numel()}, input.options());
+  at::Tensor source = input.contiguous();
   size_t count = wireCount(input);
   size_t elem = wireElementBytes(input);
   auto config = options_.algorithms;
-  int r = rank_, n = size_;
+  int n = size_;
   std::vector<at::Tensor> keep = outputs[0];
-  keep.push_back(input);
+  keep.push_back(source);
   keep.push_back(flat);
   return enqueue(
       c10d::OpType::ALLGATHER, signatureFor(OpCode::kAllgather, wireType(input), count), outputs[0], keep,
       opts.timeout, [=, outs = outputs[0]](GroupLinks& links) mutable {
-        flat.narrow(0, r * input.numel(), input.numel()).copy_(input.reshape({-1}));
-        ::monarch::allgather(links, flat.data_ptr(), Partition::fromCounts(std::vector<size_t>(n, count)), elem, config);
+        ::monarch::allgatherFrom(
+            links, source.data_ptr(), flat.data_ptr(), Partition::fromCounts(std::vector<size_t>(n, count)), elem, config);
         unflattenInto(flat, outs);
       });
 }
@@ -182,31 +183,31 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::allgather_into_tensor_coalesced(
   if (device_.wants(outputs, inputs)) return device_.get().allgather_into_tensor_coalesced(outputs, inputs, opts);
   checkUniform(inputs, "all_gather_into_tensor", "the input list");
   checkAllgatherIntoTensor(outputs, inputs, size_);
+  // Each input is read where it lies (it may be this rank's block of its
+  // output already): no torch copy on the worker (allgatherFrom).
+  std::vector<at::Tensor> sources;
   std::vector<at::Tensor> buffers;
   uint64_t total = 0;
   for (size_t i = 0; i < inputs.size(); ++i) {
     checkCpuTensor(outputs[i], "all_gather_into_tensor");
+    sources.push_back(inputs[i].contiguous());
     buffers.push_back(outputs[i].contiguous());
     total += wireCount(inputs[i]);
   }
   auto config = options_.algorithms;
-  int r = rank_, n = size_;
+  int n = size_;
   std::vector<at::Tensor> keep = outputs;
-  keep.insert(keep.end(), inputs.begin(), inputs.end());
+  keep.insert(keep.end(), sources.begin(), sources.end());
   keep.insert(keep.end(), buffers.begin(), buffers.end());
   return enqueue(
       c10d::OpType::_ALLGATHER_BASE, signatureFor(OpCode::kAllgather, wireType(inputs[0]), total), outputs, keep,
       opts.timeout, [=, outs = outputs](GroupLinks& links) mutable {
-        for (size_t i = 0; i < inputs.size(); ++i) {
-          at::Tensor flat = buffers[i].view({-1});
-          int64_t numel = inputs[i].numel();
-          at::Tensor mine = flat.narrow(0, r * numel, numel);
-          if (mine.data_ptr() != inputs[i].data_ptr()) {
-            mine.copy_(inputs[i].reshape({-1}));
-          }
-          size_t count = wireCount(inputs[i]);
-          size_t elem = wireElementBytes(inputs[i]);
-          ::monarch::allgather(links, flat.data_ptr(), Partition::fromCounts(std::vector<size_t>(n, count)), elem, config);
+        for (size_t i = 0; i < sources.size(); ++i) {
+          size_t count = wireCount(sources[i]);
+          size_t elem = wireElementBytes(sources[i]);
+          ::monarch::allgatherFrom(
+              links, sources[i].data_ptr(), buffers[i].data_ptr(), Partition::fromCounts(std::vector<size_t>(n, count)),
+              elem, config);
           copyBackIfStaged(outs[i], buffers[i]);
         }
       });
@@ -223,7 +224,7 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::allgather_coalesced(
   size_t count = wireCount(mine);
   size_t elem = wireElementBytes(mine);
   auto config = options_.algorithms;
-  int r = rank_, n = size_;
+  int n = size_;
   std::vector<at::Tensor> outputs;
   for (const auto& list : outputLists) {
     outputs.insert(outputs.end(), list.begin(), list.end());
@@ -234,8 +235,8 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::allgather_coalesced(
   return enqueue(
       c10d::OpType::ALLGATHER_COALESCED, signatureFor(OpCode::kAllgather, wireType(mine), count), outputs, keep,
       opts.timeout, [=, outs = outputs](GroupLinks& links) mutable {
-        flat.narrow(0, r * perRank, perRank).copy_(mine);
-        ::monarch::allgather(links, flat.data_ptr(), Partition::fromCounts(std::vector<size_t>(n, count)), elem, config);
+        ::monarch::allgatherFrom(
+            links, mine.data_ptr(), flat.data_ptr(), Partition::fromCounts(std::vector<size_t>(n, count)), elem, config);
         unflattenInto(flat, outs);
       });
 }
