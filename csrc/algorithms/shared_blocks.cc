@@ -45,9 +45,14 @@ size_t clipped(size_t count, size_t begin, size_t length) {
   return begin >= count ? 0 : std::min(length, count - begin);
 }
 
-// One round: every thread of the rank publishes the tiles it claims
-// (publish(tile)) and marks each, then takes the tiles it claims
-// (take(tile)) once every peer has marked them.
+// One round: the rank's threads publish its tiles (publish(tile)), marking
+// each, and take tiles (take(tile)) once every peer has marked them. A
+// thread takes tiles kTakeLag behind the ones it publishes, all that are
+// left once every tile is published: a tile is taken while the peers'
+// copies of it are still in the cache, where publishing the whole round
+// first left n ranks' slots to be read back from memory once they
+// outgrew the cache. Publishing never waits, so every tile is published
+// and every take returns.
 class TileExchange {
  public:
   TileExchange(SharedRegions& regions, int n, int rank, size_t tiles)
@@ -55,26 +60,44 @@ class TileExchange {
 
   void run(HelperPool* helpers, const std::function<void(size_t)>& publish, const std::function<void(size_t)>& take) {
     runOnEveryThread(helpers, [&](size_t) {
-      for (size_t tile = nextPublish_++; tile < tiles_; tile = nextPublish_++) {
-        publish(tile);
-        regions_.published(rank_, tile).store(stamp_, std::memory_order_release);
-      }
-      for (size_t tile = nextTake_++; tile < tiles_; tile = nextTake_++) {
-        for (int peer = 0; peer < n_; ++peer) {
-          if (peer != rank_) {
-            // A later stamp: the peer has gone on to the next round, which
-            // it starts only once it has published all of this one.
-            regions_.await(
-                regions_.published(peer, tile), [this](uint64_t seen) { return seen >= stamp_; },
-                [peer](uint64_t) { return peer; });
+      while (true) {
+        const size_t mine = nextPublish_++;
+        if (mine < tiles_) {
+          publish(mine);
+          regions_.published(rank_, mine).store(stamp_, std::memory_order_release);
+        }
+        const size_t upTo = mine >= tiles_ ? tiles_ : (mine + 1 > kTakeLag ? mine + 1 - kTakeLag : 0);
+        for (size_t tile = nextTake_.load(); tile < upTo;) {
+          if (nextTake_.compare_exchange_weak(tile, tile + 1)) {
+            awaitPeers(tile);
+            take(tile);
+            tile = nextTake_.load();
           }
         }
-        take(tile);
+        if (mine >= tiles_) {
+          return;
+        }
       }
     });
   }
 
  private:
+  // Tiles published ahead of the ones taken: slack for a peer a little
+  // behind, few enough that the tiles in between stay in the cache.
+  static constexpr size_t kTakeLag = 16;
+
+  void awaitPeers(size_t tile) {
+    for (int peer = 0; peer < n_; ++peer) {
+      if (peer != rank_) {
+        // A later stamp: the peer has gone on to the next round, which
+        // it starts only once it has published all of this one.
+        regions_.await(
+            regions_.published(peer, tile), [this](uint64_t seen) { return seen >= stamp_; },
+            [peer](uint64_t) { return peer; });
+      }
+    }
+  }
+
   SharedRegions& regions_;
   const int n_;
   const int rank_;
