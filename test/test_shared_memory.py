@@ -26,7 +26,8 @@ large collectives through a segment per rank that every rank maps.
   per rank, blocks of an odd length, back to back with other ops: right
   results, and reduce_scatter_tensor leaves its input as it was (it reads
   the input where it lies); all_gather_into_tensor right also with its
-  input inside its output, as FSDP calls it.
+  input inside its output, as FSDP calls it; reduce to every root leaves
+  the other ranks' tensors as they were.
 
 The collective suites (test_reductions.py, test_data_movement.py) cover
 every collective, dtype and op through shared memory (transport "shm").
@@ -176,12 +177,18 @@ def block_rounds_worker(ctx: WorkerContext) -> tuple[int, list[str]]:
         tensor = inputs[ctx.rank].clone()
         dist.all_reduce(tensor, group=group)
         check.close(f"all_reduce between {repeat}", tensor, reference_reduce(inputs, "SUM"))
+
+        root = repeat % n
+        tensor = inputs[ctx.rank].clone()
+        dist.reduce(tensor, dst=root, group=group)
+        want = reference_reduce(inputs, "SUM") if ctx.rank == root else inputs[ctx.rank]
+        check.close(f"reduce to {root} {repeat}", tensor, want)
     check.true("went through shared memory", len(mapped_segments()) >= n, str(mapped_segments()))
     return check.report()
 
 
 def test_block_collectives_over_many_rounds() -> None:
-    assert_all_passed(run_workers_ok(block_rounds_worker, 3), min_checks=22)
+    assert_all_passed(run_workers_ok(block_rounds_worker, 3), min_checks=25)
 
 
 def one_allreduce_worker(ctx: WorkerContext) -> tuple[int, list[str]]:

@@ -151,6 +151,9 @@ void reduce(Links& links, void* data, size_t count, DataType type, ReduceKind ki
   if (count * elementSize(type) <= config.smallMessageBytes || count < static_cast<size_t>(n)) {
     return binomialReduce(links, bytes, count, type, kind, root);
   }
+  if (sharedReduce(links, data, count, type, kind, root, config)) {
+    return;
+  }
   // A reduce-scatter, which checks every rank's signature, the root
   // included, before the blocks go to the root: the root reduces its block
   // in place, the others theirs into reused memory, reading `data` where it

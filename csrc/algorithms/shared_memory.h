@@ -15,6 +15,10 @@
 namespace monarch {
 
 bool sharedAllreduce(Links& links, void* data, size_t count, DataType type, ReduceKind kind, const AlgorithmConfig& config);
+// The result lands in `data` on `root`; the other ranks' `data` is only
+// read (shared_allreduce.cc).
+bool sharedReduce(
+    Links& links, void* data, size_t count, DataType type, ReduceKind kind, int root, const AlgorithmConfig& config);
 // Reads every block of `in` and writes the reduction of this rank's block
 // to `out`, which may be that block of `in` itself (shared_blocks.cc).
 bool sharedReduceScatter(
