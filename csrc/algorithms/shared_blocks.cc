@@ -6,7 +6,8 @@
 // shared memory allows (benchmarks/RESULTS.md, "memory model"): the
 // reduce-scatter publishes the peers' blocks and reads its own input block
 // and the peers' copies of it once, writing the result straight to the
-// output; the allgather publishes its block and copies each peer's once.
+// output; the allgather publishes its block from its input, writing it to
+// its output in the same pass, and copies each peer's once.
 //
 // A rank writes its half of the slots again two rounds later. By then it
 // has taken every tile of the round between, each published by its owner
