@@ -178,6 +178,17 @@ def block_rounds_worker(ctx: WorkerContext) -> tuple[int, list[str]]:
         dist.all_reduce(tensor, group=group)
         check.close(f"all_reduce between {repeat}", tensor, reference_reduce(inputs, "SUM"))
 
+        # AVG divides on the group's threads, bit for bit as torch's div_
+        # of the sum.
+        for dtype in (torch.float32, torch.bfloat16):
+            values = [x.to(dtype) for x in inputs]
+            averaged = values[ctx.rank].clone()
+            dist.all_reduce(averaged, op=dist.ReduceOp.AVG, group=group)
+            check.close(f"{dtype} all_reduce AVG {repeat}", averaged, reference_reduce(values, "AVG"), "AVG")
+            summed = values[ctx.rank].clone()
+            dist.all_reduce(summed, group=group)
+            check.close(f"{dtype} all_reduce AVG {repeat} is the sum's div_", averaged, summed.div_(n))
+
         root = repeat % n
         tensor = inputs[ctx.rank].clone()
         dist.reduce(tensor, dst=root, group=group)
@@ -188,7 +199,7 @@ def block_rounds_worker(ctx: WorkerContext) -> tuple[int, list[str]]:
 
 
 def test_block_collectives_over_many_rounds() -> None:
-    assert_all_passed(run_workers_ok(block_rounds_worker, 3), min_checks=25)
+    assert_all_passed(run_workers_ok(block_rounds_worker, 3), min_checks=37)
 
 
 def one_allreduce_worker(ctx: WorkerContext) -> tuple[int, list[str]]:

@@ -2,6 +2,7 @@
 // arguments on the caller's thread, stage the data into contiguous buffers,
 // and enqueue the algorithm for the worker thread.
 
+#include "algorithms/reduce_kernels.h"
 #include "backend/monarch_backend.h"
 #include "contract/collective_args.h"
 #include "contract/tensor_args.h"
@@ -41,6 +42,18 @@ std::vector<size_t> numels(const std::vector<at::Tensor>& tensors) {
     counts.push_back(static_cast<size_t>(tensor.numel()));
   }
   return counts;
+}
+
+// The end of a reduction: AVG's division, on the group's threads where the
+// kernel has the dtype. A torch div_ on the worker would leave torch's idle
+// OpenMP threads spinning into the next op, on the cores that the group's
+// helpers use (benchmarks/RESULTS.md, issue 28).
+void finishReduction(const ReductionPlan& plan, at::Tensor& result, int n, DataType type, const AlgorithmConfig& config) {
+  if (plan.average && dividesInPlace(type) && result.is_contiguous()) {
+    divideInPlace(result.data_ptr(), static_cast<size_t>(result.numel()), type, n, config.helpers);
+  } else {
+    plan.after(result, n);
+  }
 }
 
 // All tensors share the first one's dtype and live on the CPU.
@@ -89,7 +102,7 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::allreduce(std::vector<at::Tensor>
       {tensor, buffer}, opts.timeout, [=](GroupLinks& links) mutable {
         plan.before(buffer);
         ::monarch::allreduce(links, buffer.data_ptr(), buffer.numel(), type, plan.kind, config);
-        plan.after(buffer, n);
+        finishReduction(plan, buffer, n, type, config);
         copyBackIfStaged(tensor, buffer);
       });
 }
@@ -116,7 +129,7 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::allreduce_coalesced(
       keep, opts.timeout, [=, outputs = tensors](GroupLinks& links) mutable {
         plan.before(flat);
         ::monarch::allreduce(links, flat.data_ptr(), flat.numel(), type, plan.kind, config);
-        plan.after(flat, n);
+        finishReduction(plan, flat, n, type, config);
         unflattenInto(flat, outputs);
       });
 }
@@ -141,7 +154,7 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::reduce(std::vector<at::Tensor>& t
         plan.before(buffer);
         ::monarch::reduce(links, buffer.data_ptr(), buffer.numel(), type, plan.kind, root, config);
         if (isRoot) {
-          plan.after(buffer, n);
+          finishReduction(plan, buffer, n, type, config);
           copyBackIfStaged(tensor, buffer);
         }
       });
@@ -309,7 +322,7 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::reduce_scatter(
         plan.before(flat);
         Partition blocks = Partition::even(flat.numel(), n);
         ::monarch::reduceScatterInto(links, flat.data_ptr(), result.data_ptr(), blocks, type, plan.kind, config);
-        plan.after(result, n);
+        finishReduction(plan, result, n, type, config);
         copyBackIfStaged(output, result);
       });
 }
@@ -359,7 +372,7 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::reduce_scatter_tensor_coalesced(
           Partition blocks = Partition::fromCounts(std::vector<size_t>(n, static_cast<size_t>(outs[i].numel())));
           ::monarch::reduceScatterInto(
               links, sources[i].data_ptr(), results[i].data_ptr(), blocks, type, plan.kind, config);
-          plan.after(results[i], n);
+          finishReduction(plan, results[i], n, type, config);
           copyBackIfStaged(outs[i], results[i]);
         }
       });
