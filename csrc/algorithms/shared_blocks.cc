@@ -48,16 +48,22 @@ size_t clipped(size_t count, size_t begin, size_t length) {
 
 // One round: the rank's threads publish its tiles (publish(tile)), marking
 // each, and take tiles (take(tile)) once every peer has marked them. A
-// thread takes tiles kTakeLag behind the ones it publishes, all that are
-// left once every tile is published: a tile is taken while the peers'
+// thread takes tiles about kLagBytes behind the ones it publishes, all that
+// are left once every tile is published: a tile is taken while the peers'
 // copies of it are still in the cache, where publishing the whole round
 // first left n ranks' slots to be read back from memory once they
 // outgrew the cache. Publishing never waits, so every tile is published
 // and every take returns.
 class TileExchange {
  public:
-  TileExchange(SharedRegions& regions, int n, int rank, size_t tiles)
-      : regions_(regions), n_(n), rank_(rank), tiles_(tiles), stamp_(regions.rounds + 1) {}
+  // `tileBytes`: what this rank publishes per tile.
+  TileExchange(SharedRegions& regions, int n, int rank, size_t tiles, size_t tileBytes)
+      : regions_(regions),
+        n_(n),
+        rank_(rank),
+        tiles_(tiles),
+        lag_(std::max<size_t>(2, kLagBytes / tileBytes)),
+        stamp_(regions.rounds + 1) {}
 
   void run(HelperPool* helpers, const std::function<void(size_t)>& publish, const std::function<void(size_t)>& take) {
     runOnEveryThread(helpers, [&](size_t) {
@@ -67,7 +73,7 @@ class TileExchange {
           publish(mine);
           regions_.published(rank_, mine).store(stamp_, std::memory_order_release);
         }
-        const size_t upTo = mine >= tiles_ ? tiles_ : (mine + 1 > kTakeLag ? mine + 1 - kTakeLag : 0);
+        const size_t upTo = mine >= tiles_ ? tiles_ : (mine + 1 > lag_ ? mine + 1 - lag_ : 0);
         for (size_t tile = nextTake_.load(); tile < upTo;) {
           if (nextTake_.compare_exchange_weak(tile, tile + 1)) {
             awaitPeers(tile);
@@ -83,9 +89,9 @@ class TileExchange {
   }
 
  private:
-  // Tiles published ahead of the ones taken: slack for a peer a little
-  // behind, few enough that the tiles in between stay in the cache.
-  static constexpr size_t kTakeLag = 16;
+  // Bytes published ahead of the tiles taken: slack for a peer a little
+  // behind, few enough that n ranks' tiles in between stay in the cache.
+  static constexpr size_t kLagBytes = 512 * 1024;
 
   void awaitPeers(size_t tile) {
     for (int peer = 0; peer < n_; ++peer) {
@@ -103,6 +109,7 @@ class TileExchange {
   const int n_;
   const int rank_;
   const size_t tiles_;
+  const size_t lag_; // tiles
   const uint64_t stamp_;
   std::atomic<size_t> nextPublish_{0};
   std::atomic<size_t> nextTake_{0};
@@ -162,7 +169,7 @@ bool sharedReduceScatter(
       }
       reduceAllFrom(result + at * elem, source + (blocks.offsets[r] + at) * elem, peers, count, type, kind, nullptr);
     };
-    TileExchange(*regions, n, r, (length + tile - 1) / tile).run(config.helpers, publish, take);
+    TileExchange(*regions, n, r, (length + tile - 1) / tile, (n - 1) * tile * elem).run(config.helpers, publish, take);
   }
   return true;
 }
@@ -202,7 +209,7 @@ bool sharedAllgather(
             slotOf(*regions, peer) + t * tile * elementBytes, span(peer, t));
       }
     };
-    TileExchange(*regions, n, r, (length + tile - 1) / tile).run(config.helpers, publish, take);
+    TileExchange(*regions, n, r, (length + tile - 1) / tile, tile * elementBytes).run(config.helpers, publish, take);
   }
   return true;
 }
