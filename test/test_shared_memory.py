@@ -194,12 +194,23 @@ def block_rounds_worker(ctx: WorkerContext) -> tuple[int, list[str]]:
         dist.reduce(tensor, dst=root, group=group)
         want = reference_reduce(inputs, "SUM") if ctx.rank == root else inputs[ctx.rank]
         check.close(f"reduce to {root} {repeat}", tensor, want)
+    # Default slots, two threads: rounds of more tiles than a thread takes
+    # behind the ones it publishes, so taking and publishing interleave.
+    wide = dist.new_group(backend="monarch", pg_options=torch_monarch.Options(threads=2))
+    block = (3 << 20) // 4 + 5
+    inputs = [rank_input(rank, n * block, torch.float32, 20) for rank in range(n)]
+    mine = torch.empty(block)
+    dist.reduce_scatter_tensor(mine, inputs[ctx.rank], group=wide)
+    check.close("wide reduce_scatter_tensor", mine, reference_reduce(inputs, "SUM").view(n, block)[ctx.rank])
+    gathered = torch.empty(n * block)
+    dist.all_gather_into_tensor(gathered, inputs[ctx.rank][:block], group=wide)
+    check.close("wide all_gather_into_tensor", gathered, torch.cat([x[:block] for x in inputs]))
     check.true("went through shared memory", len(mapped_segments()) >= n, str(mapped_segments()))
     return check.report()
 
 
 def test_block_collectives_over_many_rounds() -> None:
-    assert_all_passed(run_workers_ok(block_rounds_worker, 3), min_checks=37)
+    assert_all_passed(run_workers_ok(block_rounds_worker, 3), min_checks=39)
 
 
 def one_allreduce_worker(ctx: WorkerContext) -> tuple[int, list[str]]:

@@ -91,7 +91,7 @@ class TileExchange {
  private:
   // Bytes published ahead of the tiles taken: slack for a peer a little
   // behind, few enough that n ranks' tiles in between stay in the cache.
-  static constexpr size_t kLagBytes = 512 * 1024;
+  static constexpr size_t kLagBytes = 1024 * 1024;
 
   void awaitPeers(size_t tile) {
     for (int peer = 0; peer < n_; ++peer) {
