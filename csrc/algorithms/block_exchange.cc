@@ -63,9 +63,10 @@ void allgatherFrom(
   if (links.size() > 1 && blocks.maxCount() > 0 && sharedAllgather(links, in, out, blocks, elementBytes, config)) {
     return;
   }
-  // The rest run in place. The copy goes on the group's threads, not
-  // torch's: a torch copy here would leave its idle threads spinning
-  // through the op that follows, on cores the helpers need.
+  // The link algorithms run in place, from this rank's block of `out`. The
+  // copy there goes on the group's threads, not torch's: a torch copy on the
+  // worker would leave its idle threads spinning through the op that
+  // follows, on cores the helpers need.
   if (own != in) {
     copySpans({{own, in, ownBytes}}, config.helpers);
   }
