@@ -30,14 +30,17 @@ back-to-back async ops and their waits, maximised over the ranks; the table
 reports the median over rounds.
 
 The physical limit is memory bandwidth. Every rank measures its memcpy rate
-at once (``copy_`` of a buffer of the largest size, at least 64 MiB so it
-measures DRAM, with the rank's torch threads, median of several), counting
-bytes read plus bytes written; the table uses the median over ranks. The
-memory model (``MEMORY_MODEL``; benchmarks/RESULTS.md) gives the bytes each
-rank must read and write for an op: its input once and its output once.
-Model bytes / memcpy rate is the fastest the op can be, and "of bound" is
-that time over the measured time. ``--torch-threads 1`` runs every rank with one torch
-thread, as torchrun does; the default gives each rank its share of the CPUs.
+(``copy_`` of a buffer of the largest size, at least 64 MiB so it measures
+DRAM, with the rank's torch threads, median of several, counting bytes read
+plus bytes written), first alone, one rank after the other, then all ranks at
+once; the machine's aggregate rate is the sum of the rates measured at once.
+The memory model (``MEMORY_MODEL``; benchmarks/RESULTS.md) gives the bytes
+the whole machine must read and write for an op: every rank's input once and
+every rank's output once, whichever rank's threads move them (a peer may
+read or write a rank's buffer). Model bytes / aggregate rate is a lower
+bound on the op's time, and "of bound" is that time over the measured time.
+``--torch-threads 1`` runs every rank with one torch thread, as torchrun
+does; the default gives each rank its share of the CPUs.
 
 Columns follow nccl-tests: size is the full buffer (the allreduce/broadcast
 tensor, the all_gather output, the reduce_scatter input, each rank's
@@ -78,21 +81,21 @@ MEMCPY_MIN_BYTES = 64 * MIB
 MONARCH = "monarch"
 
 
-# Bytes each rank must read plus write for an op on a full buffer of ``s``
-# bytes among ``n`` ranks: its input read once and its output written once
-# (the rank that does the most, for the rooted ops). Staging through shared
-# memory is not counted: a round's slots are reused and stay in the caches
-# (benchmarks/RESULTS.md). Model bytes / the memcpy rate is the fastest an
-# op can be.
+# Bytes all ranks together must read plus write for an op on a full buffer
+# of ``s`` bytes among ``n`` ranks: every input read once and every output
+# written once, by whichever rank's threads. Staging through shared memory is
+# not counted: a round's slots are reused and stay in the caches
+# (benchmarks/RESULTS.md). Model bytes / the machine's aggregate memcpy rate
+# is the fastest an op can be.
 MEMORY_MODEL: dict[str, Callable[[float, int], float]] = {
-    "allreduce": lambda s, n: 2 * s,
-    "reduce_scatter": lambda s, n: s + s / n,
-    "all_gather": lambda s, n: s / n + s,
-    "broadcast": lambda s, n: s,
-    "all_to_all": lambda s, n: 2 * s,
-    "reduce": lambda s, n: 2 * s,
-    "gather": lambda s, n: s / n + s,
-    "scatter": lambda s, n: s + s / n,
+    "allreduce": lambda s, n: n * (s + s),
+    "reduce_scatter": lambda s, n: n * s + s,  # n inputs of s, n outputs of s/n
+    "all_gather": lambda s, n: s + n * s,  # n inputs of s/n, n outputs of s
+    "broadcast": lambda s, n: s + (n - 1) * s,  # the root's input, the others' outputs
+    "all_to_all": lambda s, n: n * (s + s),
+    "reduce": lambda s, n: n * s + s,  # n inputs, the root's output
+    "gather": lambda s, n: s + s,  # n inputs of s/n, the root's n outputs
+    "scatter": lambda s, n: s + s,
 }
 # What a run measures unless --ops says otherwise.
 DEFAULT_OPS = ["allreduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all"]
@@ -173,8 +176,11 @@ class Report:
     world_size: int
     dtype: str
     memcpy_bytes: int
-    # Read plus write GB/s of one rank's copy_, all ranks copying at once.
+    # Read plus write GB/s of one rank's copy_, all ranks copying at once
+    # (median over ranks), their sum, and one rank's copying alone (median).
     memcpy_gbps: float
+    memcpy_aggregate_gbps: float
+    memcpy_alone_gbps: float
     torch_threads: int
     check: str
     rows: list[Row]
@@ -196,7 +202,8 @@ class _Session:
     groups: dict[str, Any]
     dtype: Any
     device: Any
-    memcpy_gbps: float = float("nan")
+    # The machine's read plus write GB/s with every rank copying at once.
+    memcpy_aggregate_gbps: float = float("nan")
 
     @property
     def peer(self) -> str:
@@ -232,13 +239,22 @@ def _worker(ctx: WorkerContext, config: BenchConfig) -> Optional[dict[str, Any]]
         device=torch.device(config.device),
     )
 
-    # Every rank at once, as they run the ops; the median rank's rate.
+    # Each rank alone, one after the other; then every rank at once, as
+    # they run the ops.
     memcpy_bytes = max(max(config.sizes), MEMCPY_MIN_BYTES)
+    alone = float("nan")
+    for rank in range(ctx.world_size):
+        dist.barrier(group=session.control)
+        if rank == ctx.rank:
+            alone = _memcpy_bandwidth(memcpy_bytes, session.device, spec.sync)
     dist.barrier(group=session.control)
-    local = torch.tensor([_memcpy_bandwidth(memcpy_bytes, session.device, spec.sync)], dtype=torch.float64)
+    at_once = _memcpy_bandwidth(memcpy_bytes, session.device, spec.sync)
+    local = torch.tensor([alone, at_once], dtype=torch.float64)
     rates = [torch.zeros_like(local) for _ in range(ctx.world_size)]
     dist.all_gather(rates, local, group=session.control)
-    session.memcpy_gbps = statistics.median(float(rate.item()) for rate in rates)
+    alone_rates = [float(rate[0].item()) for rate in rates]
+    at_once_rates = [float(rate[1].item()) for rate in rates]
+    session.memcpy_aggregate_gbps = sum(at_once_rates)
 
     check = "skipped"
     if config.check_bytes > 0:
@@ -260,7 +276,9 @@ def _worker(ctx: WorkerContext, config: BenchConfig) -> Optional[dict[str, Any]]
         world_size=config.world_size,
         dtype=config.dtype,
         memcpy_bytes=memcpy_bytes,
-        memcpy_gbps=session.memcpy_gbps,
+        memcpy_gbps=statistics.median(at_once_rates),
+        memcpy_aggregate_gbps=session.memcpy_aggregate_gbps,
+        memcpy_alone_gbps=statistics.median(alone_rates),
         torch_threads=threads,
         check=check,
         rows=rows,
@@ -346,7 +364,7 @@ def _measure(session: _Session, op_name: str, size: int) -> Row:
     peer_s = statistics.median(samples[peer])
     factor = op.bus_factor(config.world_size)
     algbw = nbytes / monarch_s / 1e9
-    bound_s = MEMORY_MODEL[op_name](nbytes, config.world_size) / (session.memcpy_gbps * 1e9)
+    bound_s = MEMORY_MODEL[op_name](nbytes, config.world_size) / (session.memcpy_aggregate_gbps * 1e9)
     return Row(
         op=op_name,
         size_bytes=nbytes,
@@ -407,11 +425,12 @@ def format_report(report: Report, config: BenchConfig) -> str:
         f"# collectives: device={report.device} world_size={report.world_size} dtype={report.dtype} "
         f"peer={report.peer} torch_threads/rank={report.torch_threads} host_cpus={os.cpu_count()} "
         f"monarch_env={env}",
-        f"# memcpy per rank, all ranks at once: {report.memcpy_gbps:.2f} GB/s read+write "
-        f"(copy_ of {_format_size(report.memcpy_bytes)} at {report.torch_threads} thread(s), median)",
+        f"# memcpy read+write (copy_ of {_format_size(report.memcpy_bytes)} at {report.torch_threads} thread(s) "
+        f"per rank): {report.memcpy_alone_gbps:.2f} GB/s a rank alone, {report.memcpy_gbps:.2f} GB/s per rank "
+        f"all at once (medians), {report.memcpy_aggregate_gbps:.2f} GB/s together",
         f"# correctness check: {report.check}",
         f"# speedup = {report.peer} time / monarch time (> 1: monarch faster); "
-        f"of bound = memory-model time / monarch time",
+        f"of bound = memory-model bytes / aggregate memcpy rate / monarch time",
         _format_header(report.peer),
     ]
     lines += [_format_row(row, report.peer) for row in report.rows]

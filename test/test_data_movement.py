@@ -60,6 +60,12 @@ def all_gather_worker(ctx: WorkerContext) -> tuple[int, list[str]]:
                 output = torch.empty(world * numel, dtype=dtype)
                 dist.all_gather_into_tensor(output, inputs[ctx.rank], group=group)
                 check.close(f"all_gather_into_tensor {label}", output, torch.cat(inputs))
+                # In place, as FSDP calls it: the input is this rank's block of the output.
+                output = torch.zeros(world * numel, dtype=dtype)
+                mine = output.narrow(0, ctx.rank * numel, numel)
+                mine.copy_(inputs[ctx.rank])
+                dist.all_gather_into_tensor(output, mine, group=group)
+                check.close(f"in-place all_gather_into_tensor {label}", output, torch.cat(inputs))
         # Coalesced: several tensors of different shapes and dtypes per rank.
         shapes = [(5,), (0,), (2, 3), (1023,)]
         dtypes = [torch.float32, torch.int64, torch.bfloat16, torch.bool]

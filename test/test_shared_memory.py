@@ -25,7 +25,9 @@ large collectives through a segment per rank that every rank maps.
 - Reduce-scatter and allgather over many rounds of small slots, two threads
   per rank, blocks of an odd length, back to back with other ops: right
   results, and reduce_scatter_tensor leaves its input as it was (it reads
-  the input where it lies).
+  the input where it lies); all_gather_into_tensor right also with its
+  input inside its output, as FSDP calls it; reduce to every root leaves
+  the other ranks' tensors as they were.
 
 The collective suites (test_reductions.py, test_data_movement.py) cover
 every collective, dtype and op through shared memory (transport "shm").
@@ -163,16 +165,52 @@ def block_rounds_worker(ctx: WorkerContext) -> tuple[int, list[str]]:
         gathered = torch.empty(n * block)
         dist.all_gather_into_tensor(gathered, inputs[ctx.rank][:block], group=group)
         check.close(f"all_gather_into_tensor {repeat}", gathered, torch.cat([x[:block] for x in inputs]))
+        # As FSDP calls it: the input is this rank's block of the output.
+        in_place = torch.zeros(n * block)
+        in_place.narrow(0, ctx.rank * block, block).copy_(inputs[ctx.rank][:block])
+        dist.all_gather_into_tensor(in_place, in_place.narrow(0, ctx.rank * block, block), group=group)
+        check.close(f"in-place all_gather_into_tensor {repeat}", in_place, torch.cat([x[:block] for x in inputs]))
+        pieces = [torch.empty(block) for _ in range(n)]
+        dist.all_gather(pieces, inputs[ctx.rank][:block], group=group)
+        check.close(f"all_gather {repeat}", torch.cat(pieces), torch.cat([x[:block] for x in inputs]))
 
         tensor = inputs[ctx.rank].clone()
         dist.all_reduce(tensor, group=group)
         check.close(f"all_reduce between {repeat}", tensor, reference_reduce(inputs, "SUM"))
+
+        # AVG divides on the group's threads, bit for bit as torch's div_
+        # of the sum.
+        for dtype in (torch.float32, torch.bfloat16):
+            values = [x.to(dtype) for x in inputs]
+            averaged = values[ctx.rank].clone()
+            dist.all_reduce(averaged, op=dist.ReduceOp.AVG, group=group)
+            check.close(f"{dtype} all_reduce AVG {repeat}", averaged, reference_reduce(values, "AVG"), "AVG")
+            summed = values[ctx.rank].clone()
+            dist.all_reduce(summed, group=group)
+            check.close(f"{dtype} all_reduce AVG {repeat} is the sum's div_", averaged, summed.div_(n))
+
+        root = repeat % n
+        tensor = inputs[ctx.rank].clone()
+        dist.reduce(tensor, dst=root, group=group)
+        want = reference_reduce(inputs, "SUM") if ctx.rank == root else inputs[ctx.rank]
+        check.close(f"reduce to {root} {repeat}", tensor, want)
+    # Default slots, two threads: rounds of more tiles than a thread takes
+    # behind the ones it publishes, so taking and publishing interleave.
+    wide = dist.new_group(backend="monarch", pg_options=torch_monarch.Options(threads=2))
+    block = (3 << 20) // 4 + 5
+    inputs = [rank_input(rank, n * block, torch.float32, 20) for rank in range(n)]
+    mine = torch.empty(block)
+    dist.reduce_scatter_tensor(mine, inputs[ctx.rank], group=wide)
+    check.close("wide reduce_scatter_tensor", mine, reference_reduce(inputs, "SUM").view(n, block)[ctx.rank])
+    gathered = torch.empty(n * block)
+    dist.all_gather_into_tensor(gathered, inputs[ctx.rank][:block], group=wide)
+    check.close("wide all_gather_into_tensor", gathered, torch.cat([x[:block] for x in inputs]))
     check.true("went through shared memory", len(mapped_segments()) >= n, str(mapped_segments()))
     return check.report()
 
 
 def test_block_collectives_over_many_rounds() -> None:
-    assert_all_passed(run_workers_ok(block_rounds_worker, 3), min_checks=16)
+    assert_all_passed(run_workers_ok(block_rounds_worker, 3), min_checks=39)
 
 
 def one_allreduce_worker(ctx: WorkerContext) -> tuple[int, list[str]]:

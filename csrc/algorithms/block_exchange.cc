@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "algorithms/block_exchange.h"
+#include "algorithms/parallel.h"
 #include "algorithms/shared_memory.h"
 
 namespace monarch {
@@ -51,19 +52,34 @@ void reduceScatterInto(
 }
 
 void allgather(Links& links, void* data, const Partition& blocks, size_t elementBytes, const AlgorithmConfig& config) {
+  const char* own = static_cast<const char*>(data) + blocks.offsets[links.rank()] * elementBytes;
+  allgatherFrom(links, own, data, blocks, elementBytes, config);
+}
+
+void allgatherFrom(
+    Links& links, const void* in, void* out, const Partition& blocks, size_t elementBytes, const AlgorithmConfig& config) {
+  char* own = static_cast<char*>(out) + blocks.offsets[links.rank()] * elementBytes;
+  const size_t ownBytes = blocks.counts[links.rank()] * elementBytes;
+  if (links.size() > 1 && blocks.maxCount() > 0 && sharedAllgather(links, in, out, blocks, elementBytes, config)) {
+    return;
+  }
+  // The link algorithms run in place, from this rank's block of `out`. The
+  // copy there goes on the group's threads, not torch's: a torch copy on the
+  // worker would leave its idle threads spinning through the op that
+  // follows, on cores the helpers need.
+  if (own != in) {
+    copySpans({{own, in, ownBytes}}, config.helpers);
+  }
   if (links.size() == 1) {
     return;
   }
   if (blocks.maxCount() == 0) {
     return emptyOp(links);
   }
-  if (sharedAllgather(links, data, blocks, elementBytes, config)) {
-    return;
-  }
   if (useDirect(links, config)) {
-    return directAllgather(links, data, blocks, elementBytes, config);
+    return directAllgather(links, out, blocks, elementBytes, config);
   }
-  ringAllgather(links, data, blocks, elementBytes, config);
+  ringAllgather(links, out, blocks, elementBytes, config);
 }
 
 } // namespace monarch

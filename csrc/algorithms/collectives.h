@@ -59,6 +59,11 @@ void reduceScatterInto(
     const AlgorithmConfig& config);
 // `data` holds this rank's block; on return it holds every rank's block.
 void allgather(Links& links, void* data, const Partition& blocks, size_t elementBytes, const AlgorithmConfig& config);
+// The same with this rank's block read from `in` (which may be that block
+// of `out`): on one host it goes from `in` to the peers and to `out` in one
+// pass, with no copy before the op.
+void allgatherFrom(
+    Links& links, const void* in, void* out, const Partition& blocks, size_t elementBytes, const AlgorithmConfig& config);
 // Root receives rank p's `bytes` into `outs[p]` (its own too: copied from
 // `in`, unless `outs[root]` is `in`); `in` is this rank's contribution. The
 // other ranks pass no `outs`.

@@ -207,6 +207,26 @@ void reduceComplex(void* acc, const void* in, size_t count, ReduceKind kind) {
   }
 }
 
+template <typename T>
+void divideNative(void* dataRaw, size_t count, T divisor) {
+  T* __restrict data = static_cast<T*>(dataRaw);
+  for (size_t i = 0; i < count; ++i) {
+    data[i] = data[i] / divisor;
+  }
+}
+
+template <typename Half>
+void divideHalves(void* dataRaw, size_t count, float divisor) {
+  Half* data = static_cast<Half*>(dataRaw);
+  float wide[kHalfTile];
+  for (size_t from = 0; from < count; from += kHalfTile) {
+    const size_t length = std::min(kHalfTile, count - from);
+    widen(wide, data + from, length);
+    divideNative<float>(wide, length, divisor);
+    narrow(data + from, wide, length);
+  }
+}
+
 // The native (non-half) types, one input.
 void reduceNative(void* acc, const void* in, size_t count, DataType type, ReduceKind kind) {
   switch (type) {
@@ -301,6 +321,32 @@ void reduceAllFrom(
 
 void reduceInto(void* acc, const void* in, size_t count, DataType type, ReduceKind kind, HelperPool* helpers) {
   reduceAllInto(acc, {in}, count, type, kind, helpers);
+}
+
+bool dividesInPlace(DataType type) {
+  return type == DataType::kFloat32 || type == DataType::kFloat64 || type == DataType::kFloat16 ||
+      type == DataType::kBFloat16;
+}
+
+void divideInPlace(void* data, size_t count, DataType type, int divisor, HelperPool* helpers) {
+  if (!dividesInPlace(type)) {
+    throw std::invalid_argument("division in place of a type other than a real floating point one");
+  }
+  const size_t elem = elementSize(type);
+  forEachSlice(count, elem, helpers, [&](size_t begin, size_t end) {
+    void* slice = static_cast<char*>(data) + begin * elem;
+    const size_t length = end - begin;
+    switch (type) {
+      case DataType::kFloat32:
+        return divideNative<float>(slice, length, static_cast<float>(divisor));
+      case DataType::kFloat64:
+        return divideNative<double>(slice, length, static_cast<double>(divisor));
+      case DataType::kFloat16:
+        return divideHalves<c10::Half>(slice, length, static_cast<float>(divisor));
+      default:
+        return divideHalves<c10::BFloat16>(slice, length, static_cast<float>(divisor));
+    }
+  });
 }
 
 } // namespace monarch

@@ -31,4 +31,12 @@ void reduceAllFrom(
     void* out, const void* first, const std::vector<const void*>& inputs, size_t count, DataType type, ReduceKind kind,
     HelperPool* helpers);
 
+// Whether divideInPlace has `type`: the real floating point types.
+bool dividesInPlace(DataType type);
+
+// data[i] /= divisor for `count` elements of `type`, as torch's div_ by an
+// integer does (float16 and bfloat16 divided in float and rounded once),
+// split across `helpers` (null: on the caller alone).
+void divideInPlace(void* data, size_t count, DataType type, int divisor, HelperPool* helpers);
+
 } // namespace monarch

@@ -1,8 +1,9 @@
 // Rooted collectives: broadcast and reduce. Tiny broadcasts go from the root
 // to every rank at once, small messages walk a binomial tree (log2(n)
-// hops); large ones go through shared memory on one host, else
-// are pipelined in chunks, down a chain for broadcast, and through a
-// reduce-scatter plus a gather for reduce.
+// hops); large ones go through shared memory on one host (a reduce as
+// the allreduce whose non-roots copy nothing out), else are pipelined in
+// chunks, down a chain for broadcast, and through a reduce-scatter plus a
+// gather for reduce.
 //
 // Ranks that disagree about the op (root, size, dtype) find out from the
 // signature every frame carries (Channel::startOp): a rank that has to
@@ -150,6 +151,9 @@ void reduce(Links& links, void* data, size_t count, DataType type, ReduceKind ki
   auto* bytes = static_cast<char*>(data);
   if (count * elementSize(type) <= config.smallMessageBytes || count < static_cast<size_t>(n)) {
     return binomialReduce(links, bytes, count, type, kind, root);
+  }
+  if (sharedReduce(links, data, count, type, kind, root, config)) {
+    return;
   }
   // A reduce-scatter, which checks every rank's signature, the root
   // included, before the blocks go to the root: the root reduces its block

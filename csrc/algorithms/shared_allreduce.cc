@@ -1,6 +1,7 @@
-// The shared-memory allreduce (see shared_memory.h), in rounds of one slot
-// per rank like the other shared-memory collectives, but with no barrier
-// inside a round: the ranks wait for each other tile by tile.
+// The shared-memory allreduce and reduce (see shared_memory.h), in rounds
+// of one slot per rank like the other shared-memory collectives, but with
+// no barrier inside a round: the ranks wait for each other tile by tile. A
+// reduce is the allreduce with only the root copying the results out.
 
 #include <algorithm>
 #include <atomic>
@@ -35,11 +36,18 @@ constexpr size_t kStreamingResultBytes = 64 * 1024 * 1024;
 // A rank writes its half of the slots again two rounds later. By then it
 // has copied out every tile of the round between, each reduced only after
 // every rank had published it, which each did only after finishing the
-// round before: no rank still reads the half.
+// round before: no rank still reads the half. A rank that does not copy the
+// results out (a reduce's non-root) still waits for every tile to be
+// reduced, for the same reason.
 class TiledRound {
  public:
+  // How a rank's threads finish a round: copying each reduced tile out to
+  // `chunk`, with streaming stores for a large message, or only waiting for
+  // it.
+  enum class Results { kCopy, kCopyStreaming, kLeave };
+
   TiledRound(SharedRegions& regions, int n, int rank, char* chunk, size_t count, DataType type, ReduceKind kind,
-             bool streaming)
+             Results results)
       : regions_(regions),
         n_(n),
         rank_(rank),
@@ -47,7 +55,7 @@ class TiledRound {
         count_(count),
         type_(type),
         kind_(kind),
-        streaming_(streaming),
+        results_(results),
         elem_(elementSize(type)),
         stamp_(regions.rounds + 1),
         tileCount_(tileElements(count, elem_, n)),
@@ -143,7 +151,11 @@ class TiledRound {
       regions_.await(
           regions_.reduced(tile), [this](uint64_t seen) { return seen == stamp_; },
           [this, tile](uint64_t) { return holdingUp(tile); });
-      copySpans({{chunk_ + offset(tile), slot(0) + offset(tile), length(tile) * elem_}}, nullptr, streaming_);
+      if (results_ != Results::kLeave) {
+        copySpans(
+            {{chunk_ + offset(tile), slot(0) + offset(tile), length(tile) * elem_}}, nullptr,
+            results_ == Results::kCopyStreaming);
+      }
     }
   }
 
@@ -167,7 +179,7 @@ class TiledRound {
   const size_t count_;
   const DataType type_;
   const ReduceKind kind_;
-  const bool streaming_;
+  const Results results_;
   const size_t elem_;
   const uint64_t stamp_;
   const size_t tileCount_; // elements per tile
@@ -176,24 +188,40 @@ class TiledRound {
   std::atomic<size_t> nextCollect_{0};
 };
 
-} // namespace
-
-bool sharedAllreduce(Links& links, void* data, size_t count, DataType type, ReduceKind kind, const AlgorithmConfig& config) {
+// The allreduce, or with `root` >= 0 the reduce to `root`, whose other
+// ranks' `data` is only read.
+bool sharedReduction(
+    Links& links, void* data, size_t count, DataType type, ReduceKind kind, int root, const AlgorithmConfig& config) {
   const size_t elem = elementSize(type);
   SharedRegions* regions = regionsFor(links, count * elem, config);
   if (!regions) {
     return false;
   }
   const size_t perRound = slotBytes(*regions) / elem;
-  const bool streaming = count * elem >= kStreamingResultBytes;
+  TiledRound::Results results = count * elem >= kStreamingResultBytes ? TiledRound::Results::kCopyStreaming
+                                                                      : TiledRound::Results::kCopy;
+  if (root >= 0 && links.rank() != root) {
+    results = TiledRound::Results::kLeave;
+  }
   agreeThroughSharedMemory(links, *regions);
   for (size_t begin = 0; begin < count; begin += perRound, ++regions->rounds) {
     TiledRound round(
         *regions, links.size(), links.rank(), static_cast<char*>(data) + begin * elem, std::min(perRound, count - begin),
-        type, kind, streaming);
+        type, kind, results);
     round.run(config.helpers);
   }
   return true;
+}
+
+} // namespace
+
+bool sharedAllreduce(Links& links, void* data, size_t count, DataType type, ReduceKind kind, const AlgorithmConfig& config) {
+  return sharedReduction(links, data, count, type, kind, /*root=*/-1, config);
+}
+
+bool sharedReduce(
+    Links& links, void* data, size_t count, DataType type, ReduceKind kind, int root, const AlgorithmConfig& config) {
+  return sharedReduction(links, data, count, type, kind, root, config);
 }
 
 } // namespace monarch

@@ -6,7 +6,8 @@
 // shared memory allows (benchmarks/RESULTS.md, "memory model"): the
 // reduce-scatter publishes the peers' blocks and reads its own input block
 // and the peers' copies of it once, writing the result straight to the
-// output; the allgather publishes its block and copies each peer's once.
+// output; the allgather publishes its block from its input, writing it to
+// its output in the same pass, and copies each peer's once.
 //
 // A rank writes its half of the slots again two rounds later. By then it
 // has taken every tile of the round between, each published by its owner
@@ -45,40 +46,70 @@ size_t clipped(size_t count, size_t begin, size_t length) {
   return begin >= count ? 0 : std::min(length, count - begin);
 }
 
-// One round: every thread of the rank publishes the tiles it claims
-// (publish(tile)) and marks each, then takes the tiles it claims
-// (take(tile)) once every peer has marked them.
+// One round: the rank's threads publish its tiles (publish(tile)), marking
+// each, and take tiles (take(tile)) once every peer has marked them. A
+// thread takes tiles about kLagBytes behind the ones it publishes, all that
+// are left once every tile is published: a tile is taken while the peers'
+// copies of it are still in the cache, where publishing the whole round
+// first left n ranks' slots to be read back from memory once they
+// outgrew the cache. Publishing never waits, so every tile is published
+// and every take returns.
 class TileExchange {
  public:
-  TileExchange(SharedRegions& regions, int n, int rank, size_t tiles)
-      : regions_(regions), n_(n), rank_(rank), tiles_(tiles), stamp_(regions.rounds + 1) {}
+  // `tileBytes`: what this rank publishes per tile.
+  TileExchange(SharedRegions& regions, int n, int rank, size_t tiles, size_t tileBytes)
+      : regions_(regions),
+        n_(n),
+        rank_(rank),
+        tiles_(tiles),
+        lag_(std::max<size_t>(2, kLagBytes / tileBytes)),
+        stamp_(regions.rounds + 1) {}
 
   void run(HelperPool* helpers, const std::function<void(size_t)>& publish, const std::function<void(size_t)>& take) {
     runOnEveryThread(helpers, [&](size_t) {
-      for (size_t tile = nextPublish_++; tile < tiles_; tile = nextPublish_++) {
-        publish(tile);
-        regions_.published(rank_, tile).store(stamp_, std::memory_order_release);
-      }
-      for (size_t tile = nextTake_++; tile < tiles_; tile = nextTake_++) {
-        for (int peer = 0; peer < n_; ++peer) {
-          if (peer != rank_) {
-            // A later stamp: the peer has gone on to the next round, which
-            // it starts only once it has published all of this one.
-            regions_.await(
-                regions_.published(peer, tile), [this](uint64_t seen) { return seen >= stamp_; },
-                [peer](uint64_t) { return peer; });
+      while (true) {
+        const size_t mine = nextPublish_++;
+        if (mine < tiles_) {
+          publish(mine);
+          regions_.published(rank_, mine).store(stamp_, std::memory_order_release);
+        }
+        const size_t upTo = mine >= tiles_ ? tiles_ : (mine + 1 > lag_ ? mine + 1 - lag_ : 0);
+        for (size_t tile = nextTake_.load(); tile < upTo;) {
+          if (nextTake_.compare_exchange_weak(tile, tile + 1)) {
+            awaitPeers(tile);
+            take(tile);
+            tile = nextTake_.load();
           }
         }
-        take(tile);
+        if (mine >= tiles_) {
+          return;
+        }
       }
     });
   }
 
  private:
+  // Bytes published ahead of the tiles taken: slack for a peer a little
+  // behind, few enough that n ranks' tiles in between stay in the cache.
+  static constexpr size_t kLagBytes = 1024 * 1024;
+
+  void awaitPeers(size_t tile) {
+    for (int peer = 0; peer < n_; ++peer) {
+      if (peer != rank_) {
+        // A later stamp: the peer has gone on to the next round, which
+        // it starts only once it has published all of this one.
+        regions_.await(
+            regions_.published(peer, tile), [this](uint64_t seen) { return seen >= stamp_; },
+            [peer](uint64_t) { return peer; });
+      }
+    }
+  }
+
   SharedRegions& regions_;
   const int n_;
   const int rank_;
   const size_t tiles_;
+  const size_t lag_; // tiles
   const uint64_t stamp_;
   std::atomic<size_t> nextPublish_{0};
   std::atomic<size_t> nextTake_{0};
@@ -138,12 +169,13 @@ bool sharedReduceScatter(
       }
       reduceAllFrom(result + at * elem, source + (blocks.offsets[r] + at) * elem, peers, count, type, kind, nullptr);
     };
-    TileExchange(*regions, n, r, (length + tile - 1) / tile).run(config.helpers, publish, take);
+    TileExchange(*regions, n, r, (length + tile - 1) / tile, (n - 1) * tile * elem).run(config.helpers, publish, take);
   }
   return true;
 }
 
-bool sharedAllgather(Links& links, void* data, const Partition& blocks, size_t elementBytes, const AlgorithmConfig& config) {
+bool sharedAllgather(
+    Links& links, const void* in, void* out, const Partition& blocks, size_t elementBytes, const AlgorithmConfig& config) {
   const int n = links.size();
   const int r = links.rank();
   SharedRegions* regions = regionsFor(links, blocks.maxCount() * elementBytes * n, config);
@@ -153,7 +185,9 @@ bool sharedAllgather(Links& links, void* data, const Partition& blocks, size_t e
   agreeThroughSharedMemory(links, *regions);
   const size_t piece = slotBytes(*regions) / elementBytes;
   const size_t tile = tileElements(piece, elementBytes);
-  auto* bytes = static_cast<char*>(data);
+  const auto* source = static_cast<const char*>(in);
+  auto* bytes = static_cast<char*>(out);
+  char* own = bytes + blocks.offsets[r] * elementBytes;
   for (size_t begin = 0; begin < blocks.maxCount(); begin += piece, ++regions->rounds) {
     const size_t length = std::min(piece, blocks.maxCount() - begin);
     auto span = [&](int owner, size_t t) {
@@ -161,9 +195,11 @@ bool sharedAllgather(Links& links, void* data, const Partition& blocks, size_t e
       return clipped(blocks.counts[owner], at, std::min(tile, begin + length - at)) * elementBytes;
     };
     auto publish = [&](size_t t) {
-      std::memcpy(
-          slotOf(*regions, r) + t * tile * elementBytes, bytes + (blocks.offsets[r] + begin + t * tile) * elementBytes,
-          span(r, t));
+      const size_t at = (begin + t * tile) * elementBytes;
+      std::memcpy(slotOf(*regions, r) + t * tile * elementBytes, source + at, span(r, t));
+      if (own != source) {
+        std::memcpy(own + at, source + at, span(r, t)); // the tile is still in the cache
+      }
     };
     auto take = [&](size_t t) {
       for (int distance = 1; distance < n; ++distance) {
@@ -173,7 +209,7 @@ bool sharedAllgather(Links& links, void* data, const Partition& blocks, size_t e
             slotOf(*regions, peer) + t * tile * elementBytes, span(peer, t));
       }
     };
-    TileExchange(*regions, n, r, (length + tile - 1) / tile).run(config.helpers, publish, take);
+    TileExchange(*regions, n, r, (length + tile - 1) / tile, tile * elementBytes).run(config.helpers, publish, take);
   }
   return true;
 }

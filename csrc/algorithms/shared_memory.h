@@ -15,12 +15,19 @@
 namespace monarch {
 
 bool sharedAllreduce(Links& links, void* data, size_t count, DataType type, ReduceKind kind, const AlgorithmConfig& config);
+// The result lands in `data` on `root`; the other ranks' `data` is only
+// read (shared_allreduce.cc).
+bool sharedReduce(
+    Links& links, void* data, size_t count, DataType type, ReduceKind kind, int root, const AlgorithmConfig& config);
 // Reads every block of `in` and writes the reduction of this rank's block
 // to `out`, which may be that block of `in` itself (shared_blocks.cc).
 bool sharedReduceScatter(
     Links& links, const void* in, void* out, const Partition& blocks, DataType type, ReduceKind kind,
     const AlgorithmConfig& config);
-bool sharedAllgather(Links& links, void* data, const Partition& blocks, size_t elementBytes, const AlgorithmConfig& config);
+// Publishes this rank's block from `in` (which may be that block of `out`)
+// and writes every rank's block to `out`.
+bool sharedAllgather(
+    Links& links, const void* in, void* out, const Partition& blocks, size_t elementBytes, const AlgorithmConfig& config);
 bool sharedBroadcast(Links& links, void* data, size_t bytes, int root, const AlgorithmConfig& config);
 
 } // namespace monarch

@@ -2,6 +2,7 @@
 // arguments on the caller's thread, stage the data into contiguous buffers,
 // and enqueue the algorithm for the worker thread.
 
+#include "algorithms/reduce_kernels.h"
 #include "backend/monarch_backend.h"
 #include "contract/collective_args.h"
 #include "contract/tensor_args.h"
@@ -41,6 +42,18 @@ std::vector<size_t> numels(const std::vector<at::Tensor>& tensors) {
     counts.push_back(static_cast<size_t>(tensor.numel()));
   }
   return counts;
+}
+
+// The end of a reduction: AVG's division, on the group's threads where the
+// kernel has the dtype. A torch div_ on the worker would leave torch's idle
+// OpenMP threads spinning into the next op, on the cores that the group's
+// helpers use (benchmarks/RESULTS.md, issue 28).
+void finishReduction(const ReductionPlan& plan, at::Tensor& result, int n, DataType type, const AlgorithmConfig& config) {
+  if (plan.average && dividesInPlace(type) && result.is_contiguous()) {
+    divideInPlace(result.data_ptr(), static_cast<size_t>(result.numel()), type, n, config.helpers);
+  } else {
+    plan.after(result, n);
+  }
 }
 
 // All tensors share the first one's dtype and live on the CPU.
@@ -89,7 +102,7 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::allreduce(std::vector<at::Tensor>
       {tensor, buffer}, opts.timeout, [=](GroupLinks& links) mutable {
         plan.before(buffer);
         ::monarch::allreduce(links, buffer.data_ptr(), buffer.numel(), type, plan.kind, config);
-        plan.after(buffer, n);
+        finishReduction(plan, buffer, n, type, config);
         copyBackIfStaged(tensor, buffer);
       });
 }
@@ -116,7 +129,7 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::allreduce_coalesced(
       keep, opts.timeout, [=, outputs = tensors](GroupLinks& links) mutable {
         plan.before(flat);
         ::monarch::allreduce(links, flat.data_ptr(), flat.numel(), type, plan.kind, config);
-        plan.after(flat, n);
+        finishReduction(plan, flat, n, type, config);
         unflattenInto(flat, outputs);
       });
 }
@@ -141,7 +154,7 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::reduce(std::vector<at::Tensor>& t
         plan.before(buffer);
         ::monarch::reduce(links, buffer.data_ptr(), buffer.numel(), type, plan.kind, root, config);
         if (isRoot) {
-          plan.after(buffer, n);
+          finishReduction(plan, buffer, n, type, config);
           copyBackIfStaged(tensor, buffer);
         }
       });
@@ -153,18 +166,19 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::allgather(
   at::Tensor input = singleTensor(inputs, "allgather");
   allgatherOutputs(outputs, input, size_, checkSameLayout);
   at::Tensor flat = at::empty({size_ * input.numel()}, input.options());
+  at::Tensor source = input.contiguous();
   size_t count = wireCount(input);
   size_t elem = wireElementBytes(input);
   auto config = options_.algorithms;
-  int r = rank_, n = size_;
+  int n = size_;
   std::vector<at::Tensor> keep = outputs[0];
-  keep.push_back(input);
+  keep.push_back(source);
   keep.push_back(flat);
   return enqueue(
       c10d::OpType::ALLGATHER, signatureFor(OpCode::kAllgather, wireType(input), count), outputs[0], keep,
       opts.timeout, [=, outs = outputs[0]](GroupLinks& links) mutable {
-        flat.narrow(0, r * input.numel(), input.numel()).copy_(input.reshape({-1}));
-        ::monarch::allgather(links, flat.data_ptr(), Partition::fromCounts(std::vector<size_t>(n, count)), elem, config);
+        ::monarch::allgatherFrom(
+            links, source.data_ptr(), flat.data_ptr(), Partition::fromCounts(std::vector<size_t>(n, count)), elem, config);
         unflattenInto(flat, outs);
       });
 }
@@ -182,31 +196,31 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::allgather_into_tensor_coalesced(
   if (device_.wants(outputs, inputs)) return device_.get().allgather_into_tensor_coalesced(outputs, inputs, opts);
   checkUniform(inputs, "all_gather_into_tensor", "the input list");
   checkAllgatherIntoTensor(outputs, inputs, size_);
+  // Each input is read where it lies (it may be this rank's block of its
+  // output already): no torch copy on the worker (allgatherFrom).
+  std::vector<at::Tensor> sources;
   std::vector<at::Tensor> buffers;
   uint64_t total = 0;
   for (size_t i = 0; i < inputs.size(); ++i) {
     checkCpuTensor(outputs[i], "all_gather_into_tensor");
+    sources.push_back(inputs[i].contiguous());
     buffers.push_back(outputs[i].contiguous());
     total += wireCount(inputs[i]);
   }
   auto config = options_.algorithms;
-  int r = rank_, n = size_;
+  int n = size_;
   std::vector<at::Tensor> keep = outputs;
-  keep.insert(keep.end(), inputs.begin(), inputs.end());
+  keep.insert(keep.end(), sources.begin(), sources.end());
   keep.insert(keep.end(), buffers.begin(), buffers.end());
   return enqueue(
       c10d::OpType::_ALLGATHER_BASE, signatureFor(OpCode::kAllgather, wireType(inputs[0]), total), outputs, keep,
       opts.timeout, [=, outs = outputs](GroupLinks& links) mutable {
-        for (size_t i = 0; i < inputs.size(); ++i) {
-          at::Tensor flat = buffers[i].view({-1});
-          int64_t numel = inputs[i].numel();
-          at::Tensor mine = flat.narrow(0, r * numel, numel);
-          if (mine.data_ptr() != inputs[i].data_ptr()) {
-            mine.copy_(inputs[i].reshape({-1}));
-          }
-          size_t count = wireCount(inputs[i]);
-          size_t elem = wireElementBytes(inputs[i]);
-          ::monarch::allgather(links, flat.data_ptr(), Partition::fromCounts(std::vector<size_t>(n, count)), elem, config);
+        for (size_t i = 0; i < sources.size(); ++i) {
+          size_t count = wireCount(sources[i]);
+          size_t elem = wireElementBytes(sources[i]);
+          ::monarch::allgatherFrom(
+              links, sources[i].data_ptr(), buffers[i].data_ptr(), Partition::fromCounts(std::vector<size_t>(n, count)),
+              elem, config);
           copyBackIfStaged(outs[i], buffers[i]);
         }
       });
@@ -223,7 +237,7 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::allgather_coalesced(
   size_t count = wireCount(mine);
   size_t elem = wireElementBytes(mine);
   auto config = options_.algorithms;
-  int r = rank_, n = size_;
+  int n = size_;
   std::vector<at::Tensor> outputs;
   for (const auto& list : outputLists) {
     outputs.insert(outputs.end(), list.begin(), list.end());
@@ -234,8 +248,8 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::allgather_coalesced(
   return enqueue(
       c10d::OpType::ALLGATHER_COALESCED, signatureFor(OpCode::kAllgather, wireType(mine), count), outputs, keep,
       opts.timeout, [=, outs = outputs](GroupLinks& links) mutable {
-        flat.narrow(0, r * perRank, perRank).copy_(mine);
-        ::monarch::allgather(links, flat.data_ptr(), Partition::fromCounts(std::vector<size_t>(n, count)), elem, config);
+        ::monarch::allgatherFrom(
+            links, mine.data_ptr(), flat.data_ptr(), Partition::fromCounts(std::vector<size_t>(n, count)), elem, config);
         unflattenInto(flat, outs);
       });
 }
@@ -308,7 +322,7 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::reduce_scatter(
         plan.before(flat);
         Partition blocks = Partition::even(flat.numel(), n);
         ::monarch::reduceScatterInto(links, flat.data_ptr(), result.data_ptr(), blocks, type, plan.kind, config);
-        plan.after(result, n);
+        finishReduction(plan, result, n, type, config);
         copyBackIfStaged(output, result);
       });
 }
@@ -358,7 +372,7 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::reduce_scatter_tensor_coalesced(
           Partition blocks = Partition::fromCounts(std::vector<size_t>(n, static_cast<size_t>(outs[i].numel())));
           ::monarch::reduceScatterInto(
               links, sources[i].data_ptr(), results[i].data_ptr(), blocks, type, plan.kind, config);
-          plan.after(results[i], n);
+          finishReduction(plan, results[i], n, type, config);
           copyBackIfStaged(outs[i], results[i]);
         }
       });
