@@ -34,6 +34,11 @@ The physical limit is memory bandwidth. Every rank measures its memcpy rate
 DRAM, with the rank's torch threads, median of several, counting bytes read
 plus bytes written), first alone, one rank after the other, then all ranks at
 once; the machine's aggregate rate is the sum of the rates measured at once.
+That is the rate of memory (DRAM). Every rank then copies a buffer of each
+measured size at once: the ops reuse their buffers from one iteration to the
+next, so at a size whose buffers fit in the caches an op is bounded by the
+caches' rate, not by memory's, and the bound of an op uses the aggregate rate
+at its size.
 The memory model (``MEMORY_MODEL``; benchmarks/RESULTS.md) gives the bytes
 the whole machine must read and write for an op: every rank's input once and
 every rank's output once, whichever rank's threads move them (a peer may
@@ -86,7 +91,7 @@ MONARCH = "monarch"
 # written once, by whichever rank's threads. Staging through shared memory is
 # not counted: a round's slots are reused and stay in the caches
 # (benchmarks/RESULTS.md). Model bytes / the machine's aggregate memcpy rate
-# is the fastest an op can be.
+# with buffers of the op's size is the fastest an op can be.
 MEMORY_MODEL: dict[str, Callable[[float, int], float]] = {
     "allreduce": lambda s, n: n * (s + s),
     "reduce_scatter": lambda s, n: n * s + s,  # n inputs of s, n outputs of s/n
@@ -181,6 +186,8 @@ class Report:
     memcpy_gbps: float
     memcpy_aggregate_gbps: float
     memcpy_alone_gbps: float
+    # The aggregate rate with buffers of each measured size (the bound of that size's ops).
+    memcpy_aggregate_gbps_by_size: dict[int, float]
     torch_threads: int
     check: str
     rows: list[Row]
@@ -202,8 +209,8 @@ class _Session:
     groups: dict[str, Any]
     dtype: Any
     device: Any
-    # The machine's read plus write GB/s with every rank copying at once.
-    memcpy_aggregate_gbps: float = float("nan")
+    # The machine's read plus write GB/s with every rank copying buffers of each size at once.
+    memcpy_aggregate_gbps_by_size: dict[int, float] = field(default_factory=dict)
 
     @property
     def peer(self) -> str:
@@ -254,7 +261,11 @@ def _worker(ctx: WorkerContext, config: BenchConfig) -> Optional[dict[str, Any]]
     dist.all_gather(rates, local, group=session.control)
     alone_rates = [float(rate[0].item()) for rate in rates]
     at_once_rates = [float(rate[1].item()) for rate in rates]
-    session.memcpy_aggregate_gbps = sum(at_once_rates)
+    for size in config.sizes:
+        dist.barrier(group=session.control)
+        rate = torch.tensor([_memcpy_bandwidth(size, session.device, spec.sync)], dtype=torch.float64)
+        dist.all_reduce(rate, group=session.control)
+        session.memcpy_aggregate_gbps_by_size[size] = float(rate.item())
 
     check = "skipped"
     if config.check_bytes > 0:
@@ -277,8 +288,9 @@ def _worker(ctx: WorkerContext, config: BenchConfig) -> Optional[dict[str, Any]]
         dtype=config.dtype,
         memcpy_bytes=memcpy_bytes,
         memcpy_gbps=statistics.median(at_once_rates),
-        memcpy_aggregate_gbps=session.memcpy_aggregate_gbps,
+        memcpy_aggregate_gbps=sum(at_once_rates),
         memcpy_alone_gbps=statistics.median(alone_rates),
+        memcpy_aggregate_gbps_by_size=dict(session.memcpy_aggregate_gbps_by_size),
         torch_threads=threads,
         check=check,
         rows=rows,
@@ -287,20 +299,26 @@ def _worker(ctx: WorkerContext, config: BenchConfig) -> Optional[dict[str, Any]]
 
 
 def _memcpy_bandwidth(nbytes: int, device: Any, sync: Callable[[], None], reps: int = 7) -> float:
-    """Read plus write GB/s of ``dst.copy_(src)`` for ``nbytes`` buffers, median of ``reps``."""
+    """Read plus write GB/s of ``dst.copy_(src)`` for ``nbytes`` buffers, median of ``reps``.
+
+    A small buffer is copied repeatedly within each timing (at least 4 MiB
+    in all), so that the clock's resolution does not decide its rate.
+    """
     import torch
 
     src = torch.ones(nbytes, dtype=torch.uint8, device=device)
     dst = torch.zeros_like(src)
     dst.copy_(src)  # fault in the pages
     sync()
+    copies = max(1, (4 * MIB) // nbytes)
     times = []
     for _ in range(reps):
         start = time.perf_counter()
-        dst.copy_(src)
+        for _ in range(copies):
+            dst.copy_(src)
         sync()
         times.append(time.perf_counter() - start)
-    return 2 * nbytes / statistics.median(times) / 1e9
+    return 2 * nbytes * copies / statistics.median(times) / 1e9
 
 
 def _check_ops(session: _Session) -> str:
@@ -364,7 +382,7 @@ def _measure(session: _Session, op_name: str, size: int) -> Row:
     peer_s = statistics.median(samples[peer])
     factor = op.bus_factor(config.world_size)
     algbw = nbytes / monarch_s / 1e9
-    bound_s = MEMORY_MODEL[op_name](nbytes, config.world_size) / (session.memcpy_aggregate_gbps * 1e9)
+    bound_s = MEMORY_MODEL[op_name](nbytes, config.world_size) / (session.memcpy_aggregate_gbps_by_size[nbytes] * 1e9)
     return Row(
         op=op_name,
         size_bytes=nbytes,
@@ -428,9 +446,11 @@ def format_report(report: Report, config: BenchConfig) -> str:
         f"# memcpy read+write (copy_ of {_format_size(report.memcpy_bytes)} at {report.torch_threads} thread(s) "
         f"per rank): {report.memcpy_alone_gbps:.2f} GB/s a rank alone, {report.memcpy_gbps:.2f} GB/s per rank "
         f"all at once (medians), {report.memcpy_aggregate_gbps:.2f} GB/s together",
+        "# memcpy together at each size (the bound of its ops): "
+        + ", ".join(f"{_format_size(size)} {rate:.1f} GB/s" for size, rate in report.memcpy_aggregate_gbps_by_size.items()),
         f"# correctness check: {report.check}",
         f"# speedup = {report.peer} time / monarch time (> 1: monarch faster); "
-        f"of bound = memory-model bytes / aggregate memcpy rate / monarch time",
+        f"of bound = memory-model bytes / aggregate memcpy rate at the op's size / monarch time",
         _format_header(report.peer),
     ]
     lines += [_format_row(row, report.peer) for row in report.rows]

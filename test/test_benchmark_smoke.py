@@ -33,6 +33,9 @@ def test_collectives_benchmark_checks_and_measures_every_op() -> None:
     report = json.loads(line[len("JSON ") :])
     assert report["check"].startswith("ok: "), report["check"]
     assert report["memcpy_gbps"] > 0
+    # The bound of each size's ops uses the aggregate memcpy rate at that size.
+    assert {int(size) for size in report["memcpy_aggregate_gbps_by_size"]} == set(SIZES)
+    assert all(rate > 0 for rate in report["memcpy_aggregate_gbps_by_size"].values())
     rows = {(row["op"], row["size_bytes"]): row for row in report["rows"]}
     assert set(rows) == {(op, size) for op in OPS for size in SIZES}
     for row in rows.values():
