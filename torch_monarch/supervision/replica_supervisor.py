@@ -226,15 +226,10 @@ class ReplicaSupervisor(Supervisor):
 
     def refuse_preload(self, error: Exception) -> Failure:
         """Escalates a forkserver that refused its preload: no worker started, and none can as configured."""
-        now = time.time()
-        failure = Failure(
+        failure = dataclasses.replace(
+            self.replica_failure(str(error), FailureKind.EXCEPTION),
             who=f"replica {self.replica_id} / forkserver",
-            kind=FailureKind.EXCEPTION,
-            time=now,
-            message=str(error),
-            replica_id=self.replica_id,
             error_type=type(error).__name__,
-            detected_at=now,
         )
         return self.escalate(failure, {})
 
