@@ -10,7 +10,6 @@ workers' logs without the loads.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from torchtitan.components import tokenizer as tokenizer_module  # noqa: E402
 from torchtitan.hf_datasets import text_datasets  # noqa: E402
 
 from torch_monarch.integrations import torchtitan_startup as startup  # noqa: E402
+from torchtitan_assets import write_assets  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
 TEXTS = [f"the cat number {i} sees the dog number {i * 7 % 13} ." for i in range(64)]
@@ -31,18 +31,7 @@ TEXTS = [f"the cat number {i} sees the dog number {i * 7 % 13} ." for i in range
 @pytest.fixture
 def assets(tmp_path: Path) -> tuple[Path, Path]:
     """(tokenizer directory, dataset directory): a small BPE tokenizer and a local text dataset."""
-    tokenizer = tokenizers.Tokenizer(tokenizers.models.BPE(unk_token="<unk>"))
-    tokenizer.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
-    special = ["<unk>", "<|begin_of_text|>", "<|end_of_text|>"]
-    tokenizer.train_from_iterator(TEXTS, tokenizers.trainers.BpeTrainer(vocab_size=80, special_tokens=special))
-    directory = tmp_path / "tokenizer"
-    directory.mkdir()
-    tokenizer.save(str(directory / "tokenizer.json"))
-    (directory / "tokenizer_config.json").write_text(json.dumps({"bos_token": special[1], "eos_token": special[2]}))
-    data = tmp_path / "data"
-    data.mkdir()
-    (data / "train.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in TEXTS))
-    return directory, data
+    return write_assets(tmp_path, TEXTS, vocab_size=80)
 
 
 @pytest.fixture

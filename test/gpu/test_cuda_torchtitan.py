@@ -32,6 +32,8 @@ from typing import Any, Callable
 
 import pytest
 
+from torchtitan_assets import write_assets
+
 pytestmark = [pytest.mark.cuda, pytest.mark.timeout(540)]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -47,7 +49,7 @@ REJOIN_TARGET_S = 5.0  # issue 26: kill -> the restarted replica trains in the f
 
 
 def _assets(root: Path) -> tuple[Path, Path]:
-    tokenizers = pytest.importorskip("tokenizers")
+    pytest.importorskip("tokenizers")
     rng = random.Random(0)
     nouns = ["cat", "dog", "bird", "fish", "tree", "river", "stone", "cloud", "house", "road"]
     verbs = ["sees", "likes", "finds", "follows", "paints", "carries", "hears", "moves"]
@@ -59,22 +61,7 @@ def _assets(root: Path) -> tuple[Path, Path]:
         )
         for _ in range(2000)
     ]
-    assets = root / "tokenizer"
-    assets.mkdir(parents=True)
-    tokenizer = tokenizers.Tokenizer(tokenizers.models.BPE(unk_token="<unk>"))
-    tokenizer.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
-    special = ["<unk>", "<|begin_of_text|>", "<|end_of_text|>"]
-    tokenizer.train_from_iterator(texts, tokenizers.trainers.BpeTrainer(vocab_size=256, special_tokens=special))
-    tokenizer.save(str(assets / "tokenizer.json"))
-    (assets / "tokenizer_config.json").write_text(
-        json.dumps({"bos_token": special[1], "eos_token": special[2], "add_bos_token": True, "add_eos_token": True})
-    )
-    data = root / "data"
-    data.mkdir()
-    with open(data / "train.jsonl", "w") as f:
-        for text in texts:
-            f.write(json.dumps({"text": text}) + "\n")
-    return assets, data
+    return write_assets(root, texts, vocab_size=256)
 
 
 def _steps(run_dir: Path, replica: str) -> list[dict[str, Any]]:
