@@ -124,6 +124,18 @@ def test_restart_budget_window_and_backoff() -> None:
     assert budget.total == 3
 
 
+def test_backoff_grows_only_while_restarts_fail_before_training() -> None:
+    clock = FakeClock()
+    budget = RestartBudget(RestartPolicy(max_restarts=5, window=timedelta(seconds=60), backoff=Backoff(1.0, 2.0, 8.0)), clock)
+    assert budget.request() == timedelta(0)
+    assert budget.request() == timedelta(seconds=1)  # the restart crashed before training: a loop
+    assert budget.request() == timedelta(seconds=2)
+    budget.trained()  # the third restart got back to training
+    assert budget.request() == timedelta(0)  # a new failure, restarted at once
+    assert budget.request() == timedelta(seconds=1)
+    assert budget.request() is None  # the window's cap counts every restart, trained or not
+
+
 def test_backoff_doubles_from_the_second_restart_up_to_its_cap() -> None:
     backoff = Backoff(initial=0.5, factor=2.0, max=3.0)
     assert [backoff.delay(n).total_seconds() for n in range(5)] == [0.0, 0.5, 1.0, 2.0, 3.0]

@@ -16,9 +16,10 @@ import pytest
 
 from commands import repo_env
 from torch_monarch.errors import PeerFailureError
-from torch_monarch.supervision import FailureKind, HangConfig, HangProbe, RunDir
+from torch_monarch.supervision import Backoff, FailureKind, HangConfig, HangProbe, RestartPolicy, RunDir
 from torch_monarch.supervision import worker as sv
 from torch_monarch.supervision.probes import process_state
+from torch_monarch.supervision.replica_supervisor import ReplicaSupervisor
 from torch_monarch.supervision.rundir import read_jsonl, write_json
 
 pytestmark = pytest.mark.timeout(60)
@@ -132,6 +133,26 @@ def test_hang_probe_progress_timeout(tmp_path: Path) -> None:
     assert len(hung) == 1 and "no progress" in hung[0].reason
     write_json(run_dir.worker_path("0", 0), {"pid": pid, "state": "syncing", "t": 1000.0, "step": 3})
     assert probe.check({0: pid}) == []  # waiting for other replicas is not a hang
+
+
+def test_a_restart_that_reached_training_is_not_backed_off(tmp_path: Path) -> None:
+    run_dir = RunDir(tmp_path)
+    policy = RestartPolicy(max_restarts=5, backoff=Backoff(initial=0.5))
+    supervisor = ReplicaSupervisor("0", policy, run_dir, hang=HangConfig(enabled=False))
+    pid = os.getpid()
+
+    def fail_attempt(state: str) -> float:
+        supervisor.start_attempt()
+        write_json(run_dir.worker_path("0", 0), {"pid": pid, "state": state, "t": time.time(), "step": 1})
+        supervisor.kill_hung({0: pid})  # the per-tick check: nothing is hung, the state is noted
+        assert supervisor.supervise(supervisor.replica_failure("worker failed"))
+        return supervisor.last_delay
+
+    assert fail_attempt("training") == 0.0  # a one-off failure
+    assert fail_attempt("ready") == 0.5  # the restart failed before training: a crash loop backs off
+    assert fail_attempt("ready") == 1.0
+    assert fail_attempt("training") == 0.0  # that restart trained: this failure is a new one
+    assert fail_attempt("training") == 0.0
 
 
 def test_jsonl_append_and_incremental_read(tmp_path: Path) -> None:

@@ -19,9 +19,12 @@ __all__ = ["Backoff", "RestartPolicy", "RestartBudget", "replacement_policy"]
 class Backoff:
     """Exponential backoff: none for the first restart, then ``initial * factor**(n - 1)``, capped at ``max``.
 
-    ``n`` counts the restarts already made within the policy's window: a
-    replica that fails once is restarted at once (a one-off crash costs no
-    wait), one that keeps failing waits ``initial``, then longer and longer.
+    ``n`` counts the restarts already made within the policy's window since
+    the replica's workers last reached training: a replica that fails once
+    is restarted at once (a one-off crash costs no wait), one whose restarts
+    keep failing before they train (a crash loop: a bad node, a broken
+    config) waits ``initial``, then longer and longer. A restart that got
+    back to training ends the loop; the replica's next failure is a new one.
     """
 
     initial: timedelta = timedelta(seconds=0.5)
@@ -44,7 +47,8 @@ class RestartPolicy:
     A failure past that budget is not handled: the supervisor escalates it
     to its parent. ``backoff`` spaces repeated restarts out (a duration is
     read as the initial delay of a :class:`Backoff` with the default factor
-    and cap); the first restart within the window is immediate.
+    and cap); the first restart within the window, and the first after the
+    workers reached training again, is immediate.
 
     Environment overrides: ``MONARCH_MAX_RESTARTS``,
     ``MONARCH_RESTART_WINDOW``, ``MONARCH_RESTART_BACKOFF`` (initial
@@ -99,6 +103,8 @@ class RestartBudget:
         self.policy = policy
         self._clock = clock
         self._recent: Deque[float] = collections.deque()
+        #: restarts since the replica last reached training (the backoff's count)
+        self._untrained: int = 0
         self.total: int = 0
 
     def _trim(self, now: float) -> None:
@@ -115,7 +121,12 @@ class RestartBudget:
         self._trim(now)
         if len(self._recent) >= self.policy.max_restarts:
             return None
-        delay = self.policy.backoff.delay(len(self._recent))
+        delay = self.policy.backoff.delay(min(len(self._recent), self._untrained))
         self._recent.append(now)
+        self._untrained += 1
         self.total += 1
         return delay
+
+    def trained(self) -> None:
+        """The replica's workers reached training: the next restart is not part of a crash loop."""
+        self._untrained = 0

@@ -88,18 +88,21 @@ class HangProbe:
         self._clock = clock
         self._wall = wall_clock
         self._stopped_since: dict[int, float] = {}
+        #: a worker of this attempt reported the ``training`` state (the restart worked)
+        self.saw_training = False
 
     def reset(self) -> None:
         self._stopped_since.clear()
+        self.saw_training = False
 
     def check(self, pids: Mapping[int, int], ranks: Optional[Mapping[int, int]] = None) -> list[Hang]:
         """Returns the hung workers among ``pids`` (local rank → pid).
 
         ``ranks`` maps local rank to the rank in the replica (status files
-        are per replica rank); identity by default.
+        are per replica rank); identity by default. Also notes whether a
+        worker of this attempt reached training (:attr:`saw_training`), with
+        the probe disabled too: the restart policy's backoff reads it.
         """
-        if not self.config.enabled:
-            return []
         hung: list[Hang] = []
         now = self._clock()
         live = set(pids.values())
@@ -107,20 +110,21 @@ class HangProbe:
             if pid not in live:
                 del self._stopped_since[pid]
         for local_rank, pid in pids.items():
-            state = process_state(pid)
-            if state in ("T", "t"):
+            if self.config.enabled and process_state(pid) in ("T", "t"):
                 since = self._stopped_since.setdefault(pid, now)
                 if now - since >= self.config.stopped_grace.total_seconds():
                     hung.append(Hang(local_rank, pid, f"process stopped for {now - since:.1f}s", signal="SIGSTOP"))
                 continue
             self._stopped_since.pop(pid, None)
-            progress_timeout = self.config.progress_timeout.total_seconds()
-            if progress_timeout > 0 and self._run_dir is not None:
-                rank = ranks[local_rank] if ranks is not None else local_rank
-                status = self._run_dir.read_worker(self._replica_id, rank)
-                if status is None or status.pid != pid or status.state != WorkerState.TRAINING:
-                    continue
-                silent = self._wall() - status.t
-                if silent > progress_timeout:
-                    hung.append(Hang(local_rank, pid, f"no progress for {silent:.1f}s (step {status.step})"))
+            if self._run_dir is None:
+                continue
+            rank = ranks[local_rank] if ranks is not None else local_rank
+            status = self._run_dir.read_worker(self._replica_id, rank)
+            if status is None or status.pid != pid or status.state != WorkerState.TRAINING:
+                continue
+            self.saw_training = True
+            progress_timeout = self.config.progress_timeout.total_seconds() if self.config.enabled else 0.0
+            silent = self._wall() - status.t
+            if progress_timeout > 0 and silent > progress_timeout:
+                hung.append(Hang(local_rank, pid, f"no progress for {silent:.1f}s (step {status.step})"))
         return hung

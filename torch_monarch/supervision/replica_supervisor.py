@@ -90,6 +90,8 @@ class ReplicaSupervisor(Supervisor):
 
     def supervise(self, failure: Failure) -> bool:
         self.failures.append(failure)
+        if self.probe.saw_training:
+            self.budget.trained()
         delay = self.budget.request()
         if delay is None:
             logger.error(
