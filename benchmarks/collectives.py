@@ -32,9 +32,10 @@ reports the median over rounds.
 The physical limit is memory bandwidth. Every rank measures its memcpy rate
 (the faster of ``copy_`` with the rank's torch threads and glibc's
 ``memmove``, of a buffer of the largest size, at least 64 MiB so it measures
-DRAM, median of several, counting bytes read plus bytes written), first alone, one rank after the other, then all ranks at
-once; the machine's aggregate rate is the sum of the rates measured at once.
-That is the rate of memory (DRAM). Every rank then copies a buffer of each
+DRAM, median of several, counting bytes read plus bytes written), first
+alone, one rank after the other, then all ranks at once; the machine's
+aggregate rate is the sum of the rates measured at once. That is the rate
+of memory (DRAM). Every rank then copies a buffer of each
 measured size at once: the ops reuse their buffers from one iteration to the
 next, so at a size whose buffers fit in the caches an op is bounded by the
 caches' rate, not by memory's, and the bound of an op uses the aggregate rate
