@@ -2,7 +2,8 @@
 
 In a forkserver they are loaded before any worker forks, so restarted
 workers skip loading them. Checked on CPU against TorchTitan 0.3.0's
-tokenizer and text datasets (the loaders 0.2.x has too); the GPU run of
+tokenizer and text datasets (the loaders 0.2.x has too), and its own
+argument parser on CI's second stack (it needs triton); the GPU run of
 TorchTitan 0.2.2's trainer (test/gpu/test_cuda_torchtitan.py) shows the
 workers' logs without the loads.
 """
@@ -106,6 +107,26 @@ def test_warm_loads_what_the_workers_arguments_name(assets: tuple[Path, Path], l
     assert loads == [str(directory / "tokenizer.json")]
     sample, label = next(iter(worker_dataset))
     assert sample["input"].shape == label.shape == (8,)
+
+
+@pytest.mark.newest_stack
+def test_warm_parses_torchtitan_0_3_arguments(assets: tuple[Path, Path], loads: list[str]) -> None:
+    """TorchTitan 0.3's own ConfigManager (``--module``/``--config``, then the overrides a job passes)."""
+    pytest.importorskip("triton", reason="TorchTitan 0.3's model configs import triton (CI's second stack has it)")
+    from torchtitan.config.manager import ConfigManager
+    from torchtitan.trainer import Trainer
+
+    directory, data = assets
+    args = ["--module", "llama3", "--config", "llama3_debugmodel", "--hf_assets_path", str(directory),
+            "--dataloader.dataset", "c4_test", "--dataloader.dataset_path", str(data)]  # fmt: skip
+    assert startup.warm(args) == [f"tokenizer {directory}", f"dataset c4_test ({data})"]
+    # A 0.3 worker builds its tokenizer from the same config (Trainer's way) and reads no file again.
+    config = ConfigManager().parse_args(args)
+    assert isinstance(config, Trainer.Config)
+    worker_tokenizer = config.tokenizer.build(tokenizer_path=config.hf_assets_path)
+    assert loads == [str(directory / "tokenizer.json")]
+    assert worker_tokenizer.encode(TEXTS[5]) == _tokenizer(directory).encode(TEXTS[5])
+    assert text_datasets.DATASETS["c4_test"].loader(str(data)) is text_datasets.DATASETS["c4_test"].loader(str(data))
 
 
 def test_warm_that_fails_leaves_the_loading_to_the_workers(tmp_path: Path, loads: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
