@@ -322,7 +322,7 @@ void MonarchBackend::runOp(QueuedOp& op) {
     } catch (const std::exception& e) {
       status = Status::error(ErrorKind::kProtocol, {}, std::string("internal error: ") + e.what());
     }
-    links_->endOp();
+    links_->endOp(status.ok());
     if (status.ok()) {
       op.work->markSuccess();
       return;

@@ -231,7 +231,7 @@ Status MonarchBackend::confirm(const Membership& membership, Deadline deadline) 
   } catch (const OpFailure& failure) {
     status = failure.status();
   }
-  links.endOp();
+  links.endOp(status.ok());
   if (status.ok()) {
     // Every message of the barrier to this rank has come: nothing more arrives on it.
     fabric_->channels().release(confirmId);
