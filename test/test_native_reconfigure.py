@@ -220,6 +220,105 @@ def test_merge_and_split() -> None:
         assert seen == [(part, triangle(part)), (WORLD, triangle(WORLD)), (part, triangle(part))]
 
 
+LEAVER = 0  # the member that reconfigures away from the others
+
+
+def outcome(call: Callable[[], Any]) -> Any:
+    """What `call` returned, or its error's type, failed ranks and message."""
+    try:
+        return call()
+    except torch_monarch.MonarchError as error:
+        return (type(error).__name__, error.failed_ranks, str(error))
+
+
+def timed(call: Callable[[], Any]) -> tuple[Any, float]:
+    start = time.monotonic()
+    value = outcome(call)
+    return value, time.monotonic() - start
+
+
+def leave_after_last_op_worker(ctx: WorkerContext) -> dict[str, Any]:
+    handles = form(ctx, "leave", 1300)
+    backend = torch_monarch.backend_of()
+    result: dict[str, Any] = {"sum": all_reduce_sum()}
+    tensor = torch.full((4,), 7.0) if ctx.rank == LEAVER else torch.zeros(4)
+    if ctx.rank == LEAVER:
+        # The last op of the membership: its root's sends are done once
+        # written (4 floats go inline over TCP), so it finishes it before the
+        # others have started it, and reconfigures away.
+        dist.broadcast(tensor, group_src=LEAVER)
+        reconfigure(1301, [handles[LEAVER]])
+        ctx.store().set("left", "1")
+        result["alone"] = all_reduce_sum()
+        store_barrier(ctx, "done")
+        return result
+    ctx.store().wait(["left"], STORE_WAIT)
+    # A receive from the leaver fails once its notice has come: from then on
+    # nothing more comes from it. No sleep: the notice is here after this.
+    result["recv"] = outcome(lambda: backend.recv([torch.zeros(1)], LEAVER, 7).wait())
+    # The broadcast the leaver finished still finishes here, with its data...
+    result["broadcast"] = outcome(lambda: (dist.broadcast(tensor, group_src=LEAVER), tensor.tolist())[1])
+    # ... and the next op, which the leaver never runs, fails at once.
+    result["next"], result["next_s"] = timed(all_reduce_sum)
+    reconfigure(1302, handles[LEAVER + 1 :])
+    result["rest"] = (dist.get_world_size(), all_reduce_sum())
+    store_barrier(ctx, "done")
+    return result
+
+
+def test_a_member_that_reconfigures_away_lets_the_others_finish_its_last_op() -> None:
+    """The last op a member finished before it reconfigured away finishes on
+    the slower members too (its notice no longer fails it under them); the
+    op after it fails at once with PeerFailureError naming the leaver."""
+    results = run_workers_ok(leave_after_last_op_worker, WORLD)
+    assert results[LEAVER] == {"sum": triangle(WORLD), "alone": 1.0}
+    for rank, result in enumerate(results):
+        if rank == LEAVER:
+            continue
+        assert result["sum"] == triangle(WORLD)
+        kind, failed, message = result["recv"]
+        assert (kind, failed) == ("PeerFailureError", [LEAVER]) and "reconfigured (uuid 1301)" in message, message
+        assert result["broadcast"] == [7.0] * 4, result["broadcast"]
+        kind, failed, message = result["next"]
+        assert (kind, failed) == ("PeerFailureError", [LEAVER]), message
+        assert f"rank {LEAVER} reported: the group was reconfigured (uuid 1301)" in message, message
+        assert result["next_s"] < TIMEOUT.total_seconds() / 3, result
+        assert result["rest"] == (WORLD - 1, triangle(WORLD - 1))
+
+
+def leave_during_op_worker(ctx: WorkerContext) -> dict[str, Any]:
+    handles = form(ctx, "during", 1400)
+    result: dict[str, Any] = {"sum": all_reduce_sum()}
+    if ctx.rank == LEAVER:
+        store_barrier(ctx, "waiting")
+        reconfigure(1401, [handles[LEAVER]])
+        result["alone"] = all_reduce_sum()
+        store_barrier(ctx, "done")
+        return result
+    # An op the leaver never joins, under way (or queued) when it leaves:
+    # it fails at once, not at its timeout.
+    tensor = torch.ones(4)
+    start = time.monotonic()
+    work = dist.all_reduce(tensor, async_op=True)
+    store_barrier(ctx, "waiting")
+    result["op"] = outcome(work.wait)
+    result["op_s"] = time.monotonic() - start
+    store_barrier(ctx, "done")
+    return result
+
+
+def test_an_op_that_a_member_never_joins_fails_at_once_when_it_reconfigures_away() -> None:
+    results = run_workers_ok(leave_during_op_worker, WORLD)
+    assert results[LEAVER] == {"sum": triangle(WORLD), "alone": 1.0}
+    for rank, result in enumerate(results):
+        if rank == LEAVER:
+            continue
+        kind, failed, message = result["op"]
+        assert (kind, failed) == ("PeerFailureError", [LEAVER]), message
+        assert "reconfigured (uuid 1401)" in message, message
+        assert result["op_s"] < TIMEOUT.total_seconds() / 3, result
+
+
 def abort_worker(ctx: WorkerContext) -> dict[str, Any]:
     form(ctx, "abort", 1200)
     backend = torch_monarch.backend_of()

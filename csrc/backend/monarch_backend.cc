@@ -310,8 +310,10 @@ void MonarchBackend::runOp(QueuedOp& op) {
   if (status.ok()) {
     auto deadline = Clock::now() + op.timeout;
     links_->beginOp(op.seq, op.signature, deadline, op.keepalive);
+    // A peer that left after an earlier op fails the group as this one starts.
+    status = error();
     try {
-      if (op.gate) {
+      if (status.ok() && op.gate) {
         status = op.gate(deadline, aborted_);
       }
       if (status.ok()) {
@@ -322,7 +324,7 @@ void MonarchBackend::runOp(QueuedOp& op) {
     } catch (const std::exception& e) {
       status = Status::error(ErrorKind::kProtocol, {}, std::string("internal error: ") + e.what());
     }
-    links_->endOp();
+    links_->endOp(status.ok());
     if (status.ok()) {
       op.work->markSuccess();
       return;
@@ -367,7 +369,7 @@ void MonarchBackend::interruptWorker() {
   signal_->cv.notify_all();
 }
 
-bool MonarchBackend::retire(const Status& reason) {
+bool MonarchBackend::retire(const Status& reason, bool leaving) {
   std::deque<QueuedOp> dropped;
   {
     std::lock_guard<std::mutex> guard(mutex_);
@@ -382,8 +384,13 @@ bool MonarchBackend::retire(const Status& reason) {
   queueChanged_.notify_all();
   if (!reason.ok()) {
     interruptWorker();
-    // Peers learn that this rank is gone without waiting for it.
-    links_->channel().fail(reason, /*tellPeers=*/true);
+    // Peers learn that this rank is gone without waiting for it; one that
+    // leaves lets them finish the ops it finished (Channel::leave).
+    if (leaving) {
+      links_->channel().leave(reason);
+    } else {
+      links_->channel().fail(reason, /*tellPeers=*/true);
+    }
   }
   for (auto& op : dropped) {
     Status status = reason;

@@ -171,9 +171,10 @@ class MonarchBackend : public c10d::Backend {
   // starts the worker (sequence numbers start over); retire() ends it (with
   // a failure `reason`, what is queued or running fails with it and the
   // peers are told; with ok(), queued ops run first) and returns false when
-  // it had already ended.
+  // it had already ended. `leaving`: this rank moves to another membership,
+  // and peers may still finish the ops it finished (Channel::leave).
   void attach(Membership membership);
-  bool retire(const Status& reason);
+  bool retire(const Status& reason, bool leaving = false);
   // Makes the running op fail with AbortedError at its next wait.
   void interruptWorker();
   // Retires the membership and, with `releaseEndpoint`, this group's lease

@@ -231,7 +231,7 @@ Status MonarchBackend::confirm(const Membership& membership, Deadline deadline) 
   } catch (const OpFailure& failure) {
     status = failure.status();
   }
-  links.endOp();
+  links.endOp(status.ok());
   if (status.ok()) {
     // Every message of the barrier to this rank has come: nothing more arrives on it.
     fabric_->channels().release(confirmId);
@@ -252,8 +252,13 @@ Status MonarchBackend::confirm(const Membership& membership, Deadline deadline) 
 void MonarchBackend::rebind(Membership membership, int64_t uuid) {
   // Not while abort() or shutdown() (from any thread) retires the current one.
   std::lock_guard<std::mutex> changing(membershipMutex_);
-  retire(Status::error(
-      ErrorKind::kAborted, {}, "the group was reconfigured (uuid " + std::to_string(uuid) + ") on rank " + std::to_string(rank_)));
+  // A slower peer may still be in the last op this rank finished here: it
+  // finishes it, and fails at its next (Channel::leave).
+  retire(
+      Status::error(
+          ErrorKind::kAborted, {},
+          "the group was reconfigured (uuid " + std::to_string(uuid) + ") on rank " + std::to_string(rank_)),
+      /*leaving=*/true);
   {
     // c10d reads them without a lock (getRank()); the ops of this backend read them under mutex_.
     std::lock_guard<std::mutex> guard(mutex_);

@@ -107,9 +107,11 @@ void Channel::postRecv(Connection* from, const TransferPtr& transfer) {
     fulfil(transfer, from, message);
     return;
   }
-  if (departed_.count(from) != 0) {
+  auto gone = departed_.find(from);
+  if (gone != departed_.end()) {
+    Status status = gone->second;
     lock.unlock();
-    transfer->complete(departedStatus(transfer->peerRank), -1);
+    transfer->complete(std::move(status), -1);
     return;
   }
   posted_[key].push_back(transfer);
@@ -185,10 +187,14 @@ Status Channel::checkSignatureLocked(Connection* from, const FrameHeader& header
 }
 
 void Channel::startOp(uint64_t seq, const OpSignature& signature) {
-  progress_ = seq;
+  Status left;
   Status mismatch;
   {
     std::lock_guard<std::mutex> guard(mutex_);
+    progress_ = seq; // under the lock: peerLeft() reads it with finishedSeq_
+    if (leftAfter_ != 0 && seq > leftAfter_) {
+      left = leftStatus_; // a peer that left never runs this op
+    }
     started_[seq] = signature;
     while (started_.size() > kSignatureHistory) {
       started_.erase(started_.begin());
@@ -210,13 +216,16 @@ void Channel::startOp(uint64_t seq, const OpSignature& signature) {
       }
     }
   }
-  if (!mismatch.ok()) {
+  if (!left.ok()) {
+    fail(left, /*tellPeers=*/false); // every peer had the leaver's notice
+  } else if (!mismatch.ok()) {
     fail(mismatch, /*tellPeers=*/true);
   }
 }
 
 void Channel::finishOp(uint64_t seq, const OpSignature& signature) {
   Status stray;
+  Status left;
   {
     std::lock_guard<std::mutex> guard(mutex_);
     finishedSeq_ = seq;
@@ -227,9 +236,14 @@ void Channel::finishOp(uint64_t seq, const OpSignature& signature) {
         break;
       }
     }
+    if (leftAfter_ != 0 && seq >= leftAfter_) {
+      left = leftStatus_; // this rank is done with the last op a peer that left ran
+    }
   }
   if (!stray.ok()) {
     fail(stray, /*tellPeers=*/true);
+  } else if (!left.ok()) {
+    fail(left, /*tellPeers=*/false); // every peer had the leaver's notice
   }
 }
 
@@ -248,8 +262,18 @@ Status Channel::strayFrameLocked(Connection* from, const FrameHeader& header) {
 }
 
 void Channel::fail(const Status& status, bool tellPeers) {
+  failAndTell(status, tellPeers, /*leaving=*/false);
+}
+
+void Channel::leave(const Status& status) {
+  failAndTell(status, /*tellPeers=*/true, /*leaving=*/true);
+}
+
+void Channel::failAndTell(const Status& status, bool tellPeers, bool leaving) {
   std::vector<TransferPtr> pending;
   std::vector<std::shared_ptr<Connection>> notify;
+  // 0: the peers fail at once (the notice's seq, peerLeft()).
+  uint64_t lastSeq = 0;
   {
     std::lock_guard<std::mutex> guard(mutex_);
     if (error_.ok()) {
@@ -257,6 +281,8 @@ void Channel::fail(const Status& status, bool tellPeers) {
       broken_ = true;
       if (tellPeers) {
         notify = peers_;
+        // Only an op that completed here is reported finished (endOp()).
+        lastSeq = leaving ? finishedSeq_ : 0;
       }
     }
     for (auto& entry : posted_) {
@@ -279,7 +305,7 @@ void Channel::fail(const Status& status, bool tellPeers) {
   }
   if (!notify.empty()) {
     std::string payload = encodeNotice(status);
-    FrameHeader header = makeControlHeader(FrameKind::kErrorNotice, id_, 0, payload.size());
+    FrameHeader header = makeControlHeader(FrameKind::kErrorNotice, id_, lastSeq, payload.size());
     for (auto& peer : notify) {
       if (!peer->failed()) {
         peer->sendControl(header, payload);
@@ -302,23 +328,59 @@ Status Channel::departedStatus(int rank) {
       ErrorKind::kPeerFailure, {rank}, "rank " + std::to_string(rank) + " shut down its group and sends no more");
 }
 
+std::vector<TransferPtr> Channel::departLocked(Connection* connection, const Status& why) {
+  departed_.emplace(connection, why);
+  std::vector<TransferPtr> pending;
+  for (auto it = posted_.begin(); it != posted_.end();) {
+    if (it->first.from == connection) {
+      pending.insert(pending.end(), it->second.begin(), it->second.end());
+      it = posted_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return pending;
+}
+
 void Channel::peerDeparted(Connection* connection) {
-  int rank = rankOf(connection);
+  Status why = departedStatus(rankOf(connection));
   std::vector<TransferPtr> pending;
   {
     std::lock_guard<std::mutex> guard(mutex_);
-    departed_.insert(connection);
-    for (auto it = posted_.begin(); it != posted_.end();) {
-      if (it->first.from == connection) {
-        pending.insert(pending.end(), it->second.begin(), it->second.end());
-        it = posted_.erase(it);
-      } else {
-        ++it;
-      }
-    }
+    pending = departLocked(connection, why);
   }
   for (auto& transfer : pending) {
-    transfer->complete(departedStatus(rank), -1);
+    transfer->complete(why, -1);
+  }
+}
+
+void Channel::peerLeft(Connection* connection, uint64_t lastSeq, const Status& status) {
+  std::vector<TransferPtr> pending;
+  bool failNow;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (!error_.ok()) {
+      return;
+    }
+    // Done with op lastSeq, or in one that the peer never finished.
+    failNow = finishedSeq_ >= lastSeq || progress_ > lastSeq;
+    if (!failNow) {
+      // Op lastSeq may still finish here: every frame the peer sent for it
+      // came before its notice. A receive from the peer that is not met by
+      // now never will be (say, in a mismatched op): it fails now, not at
+      // the op's timeout.
+      if (leftAfter_ == 0 || lastSeq < leftAfter_) {
+        leftAfter_ = lastSeq;
+        leftStatus_ = status;
+      }
+      pending = departLocked(connection, status);
+    }
+  }
+  if (failNow) {
+    fail(status, /*tellPeers=*/false);
+  }
+  for (auto& transfer : pending) {
+    transfer->complete(status, -1);
   }
 }
 
@@ -358,6 +420,16 @@ void Channel::onProgressReply(Connection* from, uint64_t seq) {
     progressReplies_[it->second] = seq;
   }
   repliesChanged_.notify_all();
+}
+
+bool Channel::refusesSendTo(Connection* to, Status* status) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  auto gone = departed_.find(to);
+  if (error_.ok() && gone == departed_.end()) {
+    return false;
+  }
+  *status = error_.ok() ? gone->second : error_;
+  return true;
 }
 
 bool Channel::errored(Status* status) {

@@ -61,9 +61,20 @@ class Channel {
   void fail(const Status& status, bool tellPeers);
   // A peer's connection broke.
   void peerFailed(Connection* connection, const std::string& reason);
+  // This rank leaves the group in order, for another membership: fails it
+  // here as fail() does, and tells every peer the last collective it
+  // finished (the error notice's seq), so that a peer still in that op may
+  // finish it (peerLeft()).
+  void leave(const Status& status);
   // A peer shut down in order: what it sent can still be received, but
   // nothing more will come from it.
   void peerDeparted(Connection* connection);
+  // A peer left the group in order after finishing collective `lastSeq`.
+  // Like peerDeparted(): what it sent can still be received (it came before
+  // the notice, on the same link), nothing more will. The group fails with
+  // `status` once this rank is past op `lastSeq`: at once if it already is,
+  // else when it finishes that op or starts a later one.
+  void peerLeft(Connection* connection, uint64_t lastSeq, const Status& status);
   // Worker side: this rank starts collective `seq` as `signature`. Every
   // collective frame carries its op's signature, and each is compared with
   // this rank's as soon as both are known, claimed or not (a signature-only
@@ -86,6 +97,9 @@ class Channel {
 
   // True once the group is broken; fills `status` with why.
   bool errored(Status* status);
+  // True once the group is broken or the peer on `to` has left it (nothing
+  // sent to it would be received); fills `status` with why.
+  bool refusesSendTo(Connection* to, Status* status);
 
  private:
   struct Key {
@@ -104,6 +118,12 @@ class Channel {
   };
 
   static Status departedStatus(int rank);
+  // fail(); `leaving`: the notice carries the last collective this rank
+  // finished, as leave() tells it.
+  void failAndTell(const Status& status, bool tellPeers, bool leaving);
+  // Marks the peer on `connection` gone with `why` and returns its posted
+  // receives, which nothing will complete now.
+  std::vector<TransferPtr> departLocked(Connection* connection, const Status& why);
   // A mismatch if this rank has started op header.seq under a signature
   // other than the frame's; ok when they agree or the op is not known.
   Status checkSignatureLocked(Connection* from, const FrameHeader& header);
@@ -127,7 +147,11 @@ class Channel {
   std::map<uint64_t, std::deque<TransferPtr>> postedAnySource_; // by tag
   std::map<Key, std::deque<Unexpected>> unexpected_;
   Status error_;
-  std::set<Connection*> departed_;
+  std::map<Connection*, Status> departed_; // peers that send no more, and why
+  // The failure that a peer which left after op leftAfter_ deferred
+  // (peerLeft()); leftAfter_ is 0 while there is none.
+  uint64_t leftAfter_ = 0;
+  Status leftStatus_;
   uint64_t finishedSeq_ = 0; // the last collective this rank finished
   OpSignature finishedSignature_;
   // The signatures of the last kSignatureHistory collectives this rank

@@ -464,7 +464,12 @@ void Connection::onPayloadComplete() {
       notice.ranks = {origin};
     }
     notice.message = "rank " + std::to_string(origin) + " reported: " + notice.message;
-    rxChannel_->fail(notice, /*tellPeers=*/false);
+    if (rxHeader_.seq != 0) {
+      // The peer left in order after finishing op seq (Channel::leave).
+      rxChannel_->peerLeft(this, rxHeader_.seq, notice);
+    } else {
+      rxChannel_->fail(notice, /*tellPeers=*/false);
+    }
   }
   rxState_ = RxState::kHeader;
   rxHave_ = 0;

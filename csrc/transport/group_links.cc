@@ -102,10 +102,11 @@ void GroupLinks::beginOp(uint64_t seq, const OpSignature& signature, Deadline de
   channel_->startOp(seq, signature);
 }
 
-void GroupLinks::endOp() {
+void GroupLinks::endOp(bool succeeded) {
   // Frames left unclaimed by an op that failed part way are no evidence of
-  // a mismatch, so only a clean finish is reported.
-  bool clean = true;
+  // a mismatch, so only a clean finish is reported (and only a finished op
+  // is one that a peer may still finish after this rank leaves: leave()).
+  bool clean = succeeded;
   {
     std::lock_guard<std::mutex> guard(signal_->mutex);
     for (auto& transfer : transfers_) {
@@ -206,7 +207,7 @@ void GroupLinks::postTaggedSend(
   transfer->keepalive = std::move(keepalive);
   transfer->onComplete = std::move(onComplete);
   Status broken;
-  if (channel_->errored(&broken)) {
+  if (channel_->refusesSendTo(connections_[peer].get(), &broken)) {
     transfer->complete(broken, -1);
     return;
   }

@@ -43,7 +43,8 @@ class GroupLinks : public Links {
 
   void beginOp(uint64_t seq, const OpSignature& signature, Deadline deadline, std::shared_ptr<void> keepalive);
   // Forgets the op's transfers (waiting for them is the algorithm's job).
-  void endOp();
+  // `succeeded`: the op completed on this rank.
+  void endOp(bool succeeded);
 
   Handle send(int peer, const void* data, size_t bytes) override;
   Handle recv(int peer, void* data, size_t bytes) override;

@@ -96,7 +96,9 @@ OpSignature signatureFrom(const Record& record) {
 
 enum class FrameKind : uint8_t {
   kData = 1,
-  kErrorNotice = 2, // sender's op on this channel failed; payload says why
+  // The sender's group on this channel failed; payload says why. seq > 0:
+  // the sender left the group in order after finishing collective seq.
+  kErrorNotice = 2,
   kHeartbeat = 3,
   kGoodbye = 4, // orderly shutdown: the sender sends nothing after this
   kProgressQuery = 5, // "which op of this channel have you reached?"
