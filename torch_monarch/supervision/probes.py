@@ -116,14 +116,14 @@ class HangProbe:
                     hung.append(Hang(local_rank, pid, f"process stopped for {now - since:.1f}s", signal="SIGSTOP"))
                 continue
             self._stopped_since.pop(pid, None)
-            if self._run_dir is None:
-                continue
+            progress_timeout = self.config.progress_timeout.total_seconds() if self.config.enabled else 0.0
+            if self._run_dir is None or (self.saw_training and progress_timeout <= 0):
+                continue  # nothing left to learn from the worker's status file
             rank = ranks[local_rank] if ranks is not None else local_rank
             status = self._run_dir.read_worker(self._replica_id, rank)
             if status is None or status.pid != pid or status.state != WorkerState.TRAINING:
                 continue
             self.saw_training = True
-            progress_timeout = self.config.progress_timeout.total_seconds() if self.config.enabled else 0.0
             silent = self._wall() - status.t
             if progress_timeout > 0 and silent > progress_timeout:
                 hung.append(Hang(local_rank, pid, f"no progress for {silent:.1f}s (step {status.step})"))
