@@ -397,7 +397,7 @@ def _measure(session: _Session, op_name: str, size: int) -> Row:
     peer_s = statistics.median(samples[peer])
     factor = op.bus_factor(config.world_size)
     algbw = nbytes / monarch_s / 1e9
-    bound_s = MEMORY_MODEL[op_name](nbytes, config.world_size) / (session.memcpy_aggregate_gbps_by_size[nbytes] * 1e9)
+    bound_s = MEMORY_MODEL[op_name](nbytes, config.world_size) / (session.memcpy_aggregate_gbps_by_size[size] * 1e9)
     return Row(
         op=op_name,
         size_bytes=nbytes,

@@ -67,13 +67,17 @@ void allgatherFrom(
 // Root receives rank p's `bytes` into `outs[p]` (its own too: copied from
 // `in`, unless `outs[root]` is `in`); `in` is this rank's contribution. The
 // other ranks pass no `outs`.
-void gather(Links& links, const void* in, const std::vector<void*>& outs, size_t bytes, int root);
+void gather(
+    Links& links, const void* in, const std::vector<void*>& outs, size_t bytes, int root, const AlgorithmConfig& config);
 // Rank p receives root's `ins[p]` (`bytes` long) into `out`; only the root
 // passes `ins`.
-void scatter(Links& links, const std::vector<const void*>& ins, void* out, size_t bytes, int root);
+void scatter(
+    Links& links, const std::vector<const void*>& ins, void* out, size_t bytes, int root, const AlgorithmConfig& config);
 // Sends the byte range `sendBlocks[p]` of `in` to rank p and receives rank
 // p's into `recvBlocks[p]` of `out`.
-void alltoall(Links& links, const void* in, const Partition& sendBlocks, void* out, const Partition& recvBlocks);
+void alltoall(
+    Links& links, const void* in, const Partition& sendBlocks, void* out, const Partition& recvBlocks,
+    const AlgorithmConfig& config);
 void barrier(Links& links);
 // An op with nothing to move still announces its signature to every peer
 // (Links::announce), so that a peer that called it with data, and waits for

@@ -1,12 +1,15 @@
 // Collectives where each pair exchanges its own data: gather, scatter,
-// alltoall. Every transfer is posted at once and the links run them in
-// parallel; barrier is a dissemination of empty messages. An op with
-// nothing to move announces its signature to every peer instead.
+// alltoall. On one host what fits a shared-memory slot goes through it
+// (shared_personalized.cc); otherwise every transfer is posted at once and
+// the links run them in parallel. Barrier is a dissemination of empty
+// messages. An op with nothing to move announces its signature to every
+// peer instead.
 
 #include <cstring>
 
 #include "algorithms/chunks.h"
 #include "algorithms/collectives.h"
+#include "algorithms/shared_memory.h"
 
 namespace monarch {
 
@@ -15,7 +18,11 @@ namespace monarch {
 // first (rooted.cc says why), so a disagreement about the root, size or
 // dtype fails the group: the receivers raise in this op, a sender that has
 // finished raises from its next op.
-void gather(Links& links, const void* in, const std::vector<void*>& outs, size_t bytes, int root) {
+void gather(
+    Links& links, const void* in, const std::vector<void*>& outs, size_t bytes, int root, const AlgorithmConfig& config) {
+  if (sharedGather(links, in, outs, bytes, root, config)) {
+    return;
+  }
   const int n = links.size();
   const int r = links.rank();
   if (r != root) {
@@ -34,7 +41,11 @@ void gather(Links& links, const void* in, const std::vector<void*>& outs, size_t
   links.waitAll();
 }
 
-void scatter(Links& links, const std::vector<const void*>& ins, void* out, size_t bytes, int root) {
+void scatter(
+    Links& links, const std::vector<const void*>& ins, void* out, size_t bytes, int root, const AlgorithmConfig& config) {
+  if (sharedScatter(links, ins, out, bytes, root, config)) {
+    return;
+  }
   const int n = links.size();
   const int r = links.rank();
   if (r != root) {
@@ -53,7 +64,12 @@ void scatter(Links& links, const std::vector<const void*>& ins, void* out, size_
   links.waitAll();
 }
 
-void alltoall(Links& links, const void* in, const Partition& sendBlocks, void* out, const Partition& recvBlocks) {
+void alltoall(
+    Links& links, const void* in, const Partition& sendBlocks, void* out, const Partition& recvBlocks,
+    const AlgorithmConfig& config) {
+  if (sharedAlltoall(links, in, sendBlocks, out, recvBlocks, config)) {
+    return;
+  }
   const int n = links.size();
   const int r = links.rank();
   const auto* src = static_cast<const char*>(in);

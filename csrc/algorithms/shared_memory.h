@@ -29,5 +29,14 @@ bool sharedReduceScatter(
 bool sharedAllgather(
     Links& links, const void* in, void* out, const Partition& blocks, size_t elementBytes, const AlgorithmConfig& config);
 bool sharedBroadcast(Links& links, void* data, size_t bytes, int root, const AlgorithmConfig& config);
+// Gather, scatter and alltoall in one round, for what fits a slot
+// (shared_personalized.cc); the arguments are those of collectives.h's.
+bool sharedGather(
+    Links& links, const void* in, const std::vector<void*>& outs, size_t bytes, int root, const AlgorithmConfig& config);
+bool sharedScatter(
+    Links& links, const std::vector<const void*>& ins, void* out, size_t bytes, int root, const AlgorithmConfig& config);
+bool sharedAlltoall(
+    Links& links, const void* in, const Partition& sendBlocks, void* out, const Partition& recvBlocks,
+    const AlgorithmConfig& config);
 
 } // namespace monarch

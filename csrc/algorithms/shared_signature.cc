@@ -9,9 +9,7 @@ namespace monarch {
 namespace {
 
 // Written by its owner only: the fields, then `seq` (release). Two per
-// region, by the parity of the op's sequence number: a rank writes the
-// stamp of op s + 2 only once it has finished op s + 1, for which its
-// peers had to finish reading the stamps of op s.
+// region, by the parity of the op's sequence number.
 struct SignatureStamp {
   std::atomic<uint64_t> seq;
   uint64_t count;
@@ -19,6 +17,7 @@ struct SignatureStamp {
   uint8_t op;
   uint8_t dtype;
   uint8_t reduceOp;
+  uint8_t fits;
 };
 static_assert(sizeof(SignatureStamp) <= kStampBytes, "a stamp must fit its place");
 
@@ -26,20 +25,43 @@ SignatureStamp& stampOf(const SharedRegions& regions, int rank, uint64_t seq) {
   return *reinterpret_cast<SignatureStamp*>(stampsOf(regions, rank) + (seq % kStamps) * kStampBytes);
 }
 
+// The last op whose stamps its owner has read, every peer's.
+std::atomic<uint64_t>& agreedOf(const SharedRegions& regions, int rank) {
+  return *reinterpret_cast<std::atomic<uint64_t>*>(stampsOf(regions, rank) + kStamps * kStampBytes);
+}
+
 } // namespace
 
-void agreeThroughSharedMemory(Links& links, SharedRegions& regions) {
+bool agreeThroughSharedMemory(Links& links, SharedRegions& regions, bool fits) {
   const uint64_t seq = links.sequence();
+  const int n = links.size();
+  const int r = links.rank();
   const OpSignature& mine = links.signature();
-  SignatureStamp& own = stampOf(regions, links.rank(), seq);
+  SignatureStamp& own = stampOf(regions, r, seq);
+  // The stamp this one replaces must have been read by every peer. An op
+  // that waits for every peer's data ensures it; one that leaves as soon
+  // as it has its own (a gather's sender) does not, and a peer a few ops
+  // behind would read this op's stamp in place of that one's.
+  const uint64_t replaced = own.seq.load(std::memory_order_relaxed);
+  if (replaced != 0) {
+    for (int peer = 0; peer < n; ++peer) {
+      if (peer != r) {
+        regions.await(
+            agreedOf(regions, peer), [replaced](uint64_t value) { return value >= replaced; },
+            [peer](uint64_t) { return peer; });
+      }
+    }
+  }
   own.count = mine.count;
   own.root = mine.root;
   own.op = static_cast<uint8_t>(mine.op);
   own.dtype = static_cast<uint8_t>(mine.dtype);
   own.reduceOp = mine.reduceOp;
+  own.fits = fits ? 1 : 0;
   own.seq.store(seq, std::memory_order_release);
-  for (int peer = 0; peer < links.size(); ++peer) {
-    if (peer == links.rank()) {
+  bool everyRankFits = fits;
+  for (int peer = 0; peer < n; ++peer) {
+    if (peer == r) {
       continue;
     }
     SignatureStamp& theirs = stampOf(regions, peer, seq);
@@ -52,7 +74,10 @@ void agreeThroughSharedMemory(Links& links, SharedRegions& regions) {
     if (got != mine) {
       links.failMismatch(peer, "called " + got.describe());
     }
+    everyRankFits = everyRankFits && theirs.fits != 0;
   }
+  agreedOf(regions, r).store(seq, std::memory_order_release);
+  return everyRankFits;
 }
 
 } // namespace monarch

@@ -21,6 +21,6 @@ namespace monarch {
 // Publishes this rank's signature of the current op and returns once every
 // peer has published the same one; fails the group (Links::failMismatch)
 // otherwise.
-void agreeThroughSharedMemory(Links& links, SharedRegions& regions);
+bool agreeThroughSharedMemory(Links& links, SharedRegions& regions, bool fits = true);
 
 } // namespace monarch

@@ -269,12 +269,13 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::gather(
     buffers.push_back(out.contiguous());
     targets.push_back(buffers.back().data_ptr());
   }
+  auto config = options_.algorithms;
   std::vector<at::Tensor> keep = buffers;
   keep.push_back(staged);
   return enqueue(
       c10d::OpType::GATHER, signatureFor(OpCode::kGather, wireType(input), wireCount(input), root), outs, keep,
       opts.timeout, [=](GroupLinks& links) mutable {
-        ::monarch::gather(links, staged.data_ptr(), targets, staged.nbytes(), root);
+        ::monarch::gather(links, staged.data_ptr(), targets, staged.nbytes(), root, config);
         for (size_t i = 0; i < outs.size(); ++i) {
           copyBackIfStaged(outs[i], buffers[i]);
         }
@@ -297,10 +298,11 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::scatter(
     keep.push_back(piece.contiguous());
     sources.push_back(keep.back().data_ptr());
   }
+  auto config = options_.algorithms;
   return enqueue(
       c10d::OpType::SCATTER, signatureFor(OpCode::kScatter, wireType(output), wireCount(output), root), {output}, keep,
       opts.timeout, [=](GroupLinks& links) mutable {
-        ::monarch::scatter(links, sources, buffer.data_ptr(), buffer.nbytes(), root);
+        ::monarch::scatter(links, sources, buffer.data_ptr(), buffer.nbytes(), root, config);
         copyBackIfStaged(output, buffer);
       });
 }
@@ -400,10 +402,11 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::alltoall_base(
   Partition sendBlocks = scaled(sendRows, rowBytes);
   Partition recvBlocks = scaled(recvRows, rowBytes);
   uint64_t rowElements = rowBytes / std::max<size_t>(1, input.element_size());
+  auto config = options_.algorithms;
   return enqueue(
       c10d::OpType::ALLTOALL_BASE, signatureFor(OpCode::kAlltoall, wireType(input), rowElements), {output},
       {output, in, out}, opts.timeout, [=](GroupLinks& links) mutable {
-        ::monarch::alltoall(links, in.data_ptr(), sendBlocks, out.data_ptr(), recvBlocks);
+        ::monarch::alltoall(links, in.data_ptr(), sendBlocks, out.data_ptr(), recvBlocks, config);
         copyBackIfStaged(output, out);
       });
 }
@@ -427,10 +430,11 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::alltoall(
   std::vector<at::Tensor> keep = outputs;
   keep.push_back(in);
   keep.push_back(out);
+  auto config = options_.algorithms;
   return enqueue(
       c10d::OpType::ALLTOALL, signatureFor(OpCode::kAlltoall, wireType(inputs[0]), 0), outputs, keep, opts.timeout,
       [=, outs = outputs](GroupLinks& links) mutable {
-        ::monarch::alltoall(links, in.data_ptr(), sendBlocks, out.data_ptr(), recvBlocks);
+        ::monarch::alltoall(links, in.data_ptr(), sendBlocks, out.data_ptr(), recvBlocks, config);
         unflattenInto(out, outs);
       });
 }
