@@ -11,7 +11,7 @@ root's buffer of a reduce, gather or scatter.
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
@@ -30,6 +30,10 @@ class Buffers:
 
     input: torch.Tensor
     output: torch.Tensor
+    # The root's list of per-rank views for gather and scatter, made at the
+    # first op: a caller that gathers into the same buffers keeps its list,
+    # and chunking at every op timed the caller's Python, not the collective.
+    blocks: list[torch.Tensor] = field(default_factory=list)
 
     def clone(self) -> "Buffers":
         """A deep copy that keeps in-place aliasing (output is input)."""
@@ -81,14 +85,20 @@ def _is_root(group: Any) -> bool:
     return dist.get_rank(group) == 0
 
 
+def _root_blocks(b: Buffers, whole: torch.Tensor, group: Any) -> list[torch.Tensor] | None:
+    if not _is_root(group):
+        return None
+    if not b.blocks:
+        b.blocks = list(whole.chunk(dist.get_world_size(group)))
+    return b.blocks
+
+
 def _gather(b: Buffers, group: Any) -> Any:
-    outputs = list(b.output.chunk(dist.get_world_size(group))) if _is_root(group) else None
-    return dist.gather(b.input, gather_list=outputs, dst=0, group=group, async_op=True)
+    return dist.gather(b.input, gather_list=_root_blocks(b, b.output, group), dst=0, group=group, async_op=True)
 
 
 def _scatter(b: Buffers, group: Any) -> Any:
-    inputs = list(b.input.chunk(dist.get_world_size(group))) if _is_root(group) else None
-    return dist.scatter(b.output, scatter_list=inputs, src=0, group=group, async_op=True)
+    return dist.scatter(b.output, scatter_list=_root_blocks(b, b.input, group), src=0, group=group, async_op=True)
 
 
 OPS: dict[str, CollectiveOp] = {

@@ -18,7 +18,7 @@ from commands import REPO_ROOT, repo_env, run_bounded
 pytestmark = pytest.mark.timeout(240)
 
 OPS = ["allreduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "gather", "scatter", "all_to_all"]
-SIZES = [4096, 262144]  # below and at the shared-memory threshold
+SIZES = [4096, 262144]  # a latency-bound size and one of several tiles per round
 
 
 def test_collectives_benchmark_checks_and_measures_every_op() -> None:

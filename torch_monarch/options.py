@@ -91,11 +91,15 @@ class Options(Config):
             allreduce across several hosts first reduces within each host.
             Set it per process to make one machine pose as several hosts
             (tests, trying out a multi-host layout).
-        shm_min_bytes: allreduce, reduce, reduce-scatter, allgather and
-            broadcast of at least this many bytes go through shared memory
-            when every rank of the group runs on one host; across hosts, so
-            do the within-host phases of an allreduce that reduces within
-            each host first.
+        shm_min_bytes: collectives of at least this many bytes go through
+            shared memory when every rank of the group runs on one host:
+            every allreduce, reduce, reduce-scatter, allgather and broadcast,
+            and a gather, scatter or alltoall that fits half a segment
+            (larger ones go by remote read); across hosts, so do the
+            within-host phases of an allreduce that reduces within each host
+            first. The default 0 takes every size there: a 4 KB op through
+            shared memory waits for no wake-up of a peer's threads, and took
+            a third to a sixth of its time over the links on a 16-core host.
         shm_segment_bytes: the shared-memory segment each rank that shares
             its host with others of the group maps, at the first op that
             goes through it (``shm_min_bytes`` or more). Larger ops go
@@ -139,7 +143,7 @@ class Options(Config):
     direct_max_ranks: int = 8
     threads: Optional[int] = None
     host_name: str = ""
-    shm_min_bytes: int = 256 * 1024
+    shm_min_bytes: int = 0
     shm_segment_bytes: int = 8 * 1024 * 1024
     gpu_transport: str = "auto"
     rdma_provider: str = ""

@@ -1,9 +1,10 @@
-// Rooted collectives: broadcast and reduce. Tiny broadcasts go from the root
-// to every rank at once, small messages walk a binomial tree (log2(n)
-// hops); large ones go through shared memory on one host (a reduce as
-// the allreduce whose non-roots copy nothing out), else are pipelined in
-// chunks, down a chain for broadcast, and through a reduce-scatter plus a
-// gather for reduce.
+// Rooted collectives: broadcast and reduce. On one host they go through
+// shared memory from Options.shm_min_bytes (every size by default; a reduce
+// as the allreduce whose non-roots copy nothing out). Over the links tiny
+// broadcasts go from the root to every rank at once, small messages walk a
+// binomial tree (log2(n) hops), and large ones are pipelined in chunks,
+// down a chain for broadcast, and through a reduce-scatter plus a gather
+// for reduce.
 //
 // Ranks that disagree about the op (root, size, dtype) find out from the
 // signature every frame carries (Channel::startOp): a rank that has to
@@ -148,12 +149,12 @@ void reduce(Links& links, void* data, size_t count, DataType type, ReduceKind ki
   if (count == 0) {
     return emptyOp(links);
   }
+  if (sharedReduce(links, data, count, type, kind, root, config)) {
+    return;
+  }
   auto* bytes = static_cast<char*>(data);
   if (count * elementSize(type) <= config.smallMessageBytes || count < static_cast<size_t>(n)) {
     return binomialReduce(links, bytes, count, type, kind, root);
-  }
-  if (sharedReduce(links, data, count, type, kind, root, config)) {
-    return;
   }
   // A reduce-scatter, which checks every rank's signature, the root
   // included, before the blocks go to the root: the root reduces its block

@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 SHM_DIR = "/dev/shm"
-# 4 MB of float32: above Options.shm_min_bytes.
+# 4 MB of float32: a bandwidth-bound size.
 NUMEL = 1 << 20
 KILL_DETECT_BOUND_S = 0.5
 
