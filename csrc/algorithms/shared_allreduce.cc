@@ -62,7 +62,8 @@ class TiledRound {
         tiles_((count + tileCount_ - 1) / tileCount_) {}
 
   void run(HelperPool* helpers) {
-    runOnEveryThread(helpers, [this](size_t) {
+    // One tile is work for one thread: a small op wakes (or starts) no helper.
+    runOnEveryThread(tiles_ > 1 ? helpers : nullptr, [this](size_t) {
       publish();
       reduce();
       collect();

@@ -66,7 +66,8 @@ class TileExchange {
         stamp_(regions.rounds + 1) {}
 
   void run(HelperPool* helpers, const std::function<void(size_t)>& publish, const std::function<void(size_t)>& take) {
-    runOnEveryThread(helpers, [&](size_t) {
+    // One tile is work for one thread: a small op wakes (or starts) no helper.
+    runOnEveryThread(tiles_ > 1 ? helpers : nullptr, [&](size_t) {
       while (true) {
         const size_t mine = nextPublish_++;
         if (mine < tiles_) {
