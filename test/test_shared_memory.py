@@ -28,6 +28,9 @@ large collectives through a segment per rank that every rank maps.
   the input where it lies); all_gather_into_tensor right also with its
   input inside its output, as FSDP calls it; reduce to every root leaves
   the other ranks' tensors as they were.
+- Senders of small gathers, with empty ops between them, run ahead of a
+  root that falls behind: no false mismatch (a rank's signature stamp is
+  replaced only once every peer has read it) and right results.
 
 The collective suites (test_reductions.py, test_data_movement.py) cover
 every collective, dtype and op through shared memory (transport "shm").
@@ -40,6 +43,7 @@ import random
 import signal
 import subprocess
 import threading
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -211,6 +215,32 @@ def block_rounds_worker(ctx: WorkerContext) -> tuple[int, list[str]]:
 
 def test_block_collectives_over_many_rounds() -> None:
     assert_all_passed(run_workers_ok(block_rounds_worker, 3), min_checks=39)
+
+
+def senders_run_ahead_worker(ctx: WorkerContext) -> tuple[int, list[str]]:
+    check = Checker(ctx.rank)
+    ctx.init("monarch")
+    n = ctx.world_size
+    rng = random.Random(ctx.rank)
+    empty = torch.empty(0)
+    for step in range(300):
+        # The root falls behind now and then; a gather's senders and an empty
+        # op (announced over the links, waited for by nobody) let the others
+        # run two ops ahead, to the stamp the root has yet to read.
+        if ctx.rank == 0 and rng.random() < 0.1:
+            time.sleep(0.002)
+        mine = torch.full((4,), float(ctx.rank + step))
+        outputs = [torch.empty(4) for _ in range(n)] if ctx.rank == 0 else None
+        dist.gather(mine, gather_list=outputs, dst=0)
+        if outputs is not None and not all(torch.equal(outputs[r], torch.full((4,), float(r + step))) for r in range(n)):
+            check.true(f"gather {step} is right", False, str(outputs))
+        dist.all_reduce(empty)
+    check.true("300 gathers between empty ops finish", True)
+    return check.report()
+
+
+def test_senders_running_ahead_of_a_slow_root() -> None:
+    assert_all_passed(run_workers_ok(senders_run_ahead_worker, 3), min_checks=1)
 
 
 def one_allreduce_worker(ctx: WorkerContext) -> tuple[int, list[str]]:
