@@ -62,8 +62,14 @@ SharedRegions* GroupLinks::hostRegions() {
   SubLinks onHost(*this, hostRanks_, static_cast<int>(me));
   segments_ = PeerSegments::setUp(
       onHost, owners, channel_->id(), sharedRegionBytes_, [this](int onHostRank) {
-        throwIfStopped(
-            onHostRank < 0 ? -1 : hostRanks_[onHostRank], "waiting in shared memory for", /*timedOut=*/false);
+        const int peer = onHostRank < 0 ? -1 : hostRanks_[onHostRank];
+        throwIfStopped(peer, "waiting in shared memory for", /*timedOut=*/false);
+        // A peer that shut its group down writes nothing more here either:
+        // the wait fails as a receive from it would (Channel::departLocked).
+        Status gone;
+        if (peer >= 0 && channel_->refusesSendTo(connections_[peer].get(), &gone)) {
+          throw OpFailure(gone);
+        }
       });
   return segments_.get();
 }
