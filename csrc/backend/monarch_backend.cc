@@ -9,7 +9,6 @@
 #include "backend/store_adapter.h"
 #include "transport/store_rendezvous.h"
 #include "common/logging.h"
-#include "common/spin.h"
 #include "common/op_failure.h"
 #include "contract/errors.h"
 #include "transport/host_identity.h"
@@ -282,36 +281,13 @@ c10::intrusive_ptr<c10d::Work> MonarchBackend::enqueue(
   }
   auto keepalive = std::make_shared<std::vector<at::Tensor>>(std::move(tensors));
   queue_.push_back(QueuedOp{seq, signature, std::move(run), work, keepalive, opTimeout, ScopedOpGate::take()});
-  queued_.store(queue_.size(), std::memory_order_release);
   queueChanged_.notify_one();
   return work;
-}
-
-namespace {
-
-// How long a worker that has run out of ops looks at the queue before it
-// sleeps. Back-to-back small ops (a 4 KB collective takes about 10 us on
-// one host) then reach it with no wake-up, which costs the caller a system
-// call and the worker several microseconds per op; a worker with nothing
-// to do spends no more than this after each op.
-constexpr auto kIdleSpin = std::chrono::microseconds(20);
-
-} // namespace
-
-void MonarchBackend::awaitQueuedBriefly() const {
-  const auto until = std::chrono::steady_clock::now() + kIdleSpin;
-  for (uint32_t looks = 1; queued_.load(std::memory_order_acquire) == 0; ++looks) {
-    cpuRelax();
-    if (looks % 64 == 0 && std::chrono::steady_clock::now() >= until) {
-      return;
-    }
-  }
 }
 
 void MonarchBackend::workerLoop(uint64_t generation) {
   workerOf = this;
   while (true) {
-    awaitQueuedBriefly();
     QueuedOp op;
     {
       std::unique_lock<std::mutex> lock(mutex_);
@@ -324,7 +300,6 @@ void MonarchBackend::workerLoop(uint64_t generation) {
       }
       op = std::move(queue_.front());
       queue_.pop_front();
-      queued_.store(queue_.size(), std::memory_order_release);
     }
     runOp(op);
   }
@@ -404,7 +379,6 @@ bool MonarchBackend::retire(const Status& reason, bool leaving) {
     stopping_ = true;
     if (!reason.ok()) {
       dropped.swap(queue_);
-      queued_.store(0, std::memory_order_release);
     }
   }
   queueChanged_.notify_all();

@@ -159,8 +159,6 @@ class MonarchBackend : public c10d::Backend {
   std::shared_ptr<GroupLinks> links() const;
   // Runs the ops of membership `generation` (attach()) until it retires.
   void workerLoop(uint64_t generation);
-  // Returns once an op is queued or kIdleSpin has passed (monarch_backend.cc).
-  void awaitQueuedBriefly() const;
   void runOp(QueuedOp& op);
   // Names the ranks that had not started the op that timed out.
   void explainTimeout(const QueuedOp& op, Status& status);
@@ -220,9 +218,6 @@ class MonarchBackend : public c10d::Backend {
   mutable std::mutex mutex_;
   std::condition_variable queueChanged_;
   std::deque<QueuedOp> queue_;
-  // queue_.size(), set under mutex_, for the worker's look before it sleeps
-  // (awaitQueuedBriefly).
-  std::atomic<size_t> queued_{0};
   uint64_t nextSeq_ = 1;
   uint64_t generation_ = 0; // memberships attached so far; a worker of an older one exits
   bool holdsEndpoint_ = true; // this group's lease on fabric_ (see stop)
