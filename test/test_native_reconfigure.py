@@ -243,9 +243,11 @@ def leave_after_last_op_worker(ctx: WorkerContext) -> dict[str, Any]:
     result: dict[str, Any] = {"sum": all_reduce_sum()}
     tensor = torch.full((4,), 7.0) if ctx.rank == LEAVER else torch.zeros(4)
     if ctx.rank == LEAVER:
-        # The last op of the membership: its root's sends are done once
-        # written (4 floats go inline over TCP), so it finishes it before the
-        # others have started it, and reconfigures away.
+        # The last op of the membership: over the links its root's sends are
+        # done once written (4 floats go inline over TCP), so it finishes it
+        # before the others have started it, and reconfigures away. (Through
+        # shared memory, the default on one host, the root waits for every
+        # member's signature: the test keeps this op on the links.)
         dist.broadcast(tensor, group_src=LEAVER)
         reconfigure(1301, [handles[LEAVER]])
         ctx.store().set("left", "1")
@@ -270,7 +272,7 @@ def test_a_member_that_reconfigures_away_lets_the_others_finish_its_last_op() ->
     """The last op a member finished before it reconfigured away finishes on
     the slower members too (its notice no longer fails it under them); the
     op after it fails at once with PeerFailureError naming the leaver."""
-    results = run_workers_ok(leave_after_last_op_worker, WORLD)
+    results = run_workers_ok(leave_after_last_op_worker, WORLD, env={"MONARCH_SHM_MIN_BYTES": str(1 << 30)})
     assert results[LEAVER] == {"sum": triangle(WORLD), "alone": 1.0}
     for rank, result in enumerate(results):
         if rank == LEAVER:
