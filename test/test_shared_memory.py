@@ -12,7 +12,8 @@ large collectives through a segment per rank that every rank maps.
   segment is left alone.
 - A rank that cannot set up its segment (here: a different segment size)
   makes every rank fall back to the links, with right results.
-- SIGKILL during a loop of shared-memory allreduces: every survivor gets
+- SIGKILL during a loop of shared-memory allreduces, or reduce-scatters
+  (whose ranks read the victim's slots without a barrier): every survivor gets
   PeerFailureError naming the victim within the bound, abort() unmaps the
   segments at once, and after destroy_process_group no mapping, thread or
   fd is left.
@@ -93,13 +94,16 @@ def through_segments_worker(ctx: WorkerContext, transport: str) -> tuple[int, li
     dist.broadcast(tensor, src=n - 1)
     check.close("broadcast", tensor, inputs[n - 1])
 
-    # 64 MB and more: the results are copied out with streaming stores; an
+    # 64 MB and more: the results are written with streaming stores; an
     # odd length leaves unaligned tails in every block.
     large = [rank_input(rank, (64 << 20) // 4 + 5, torch.float32, 4) for rank in range(n)]
     tensor = large[ctx.rank].clone()
     dist.all_reduce(tensor)
     check.close("all_reduce of 64 MB", tensor, reference_reduce(large, "SUM"))
-    del large
+    gathered = torch.empty(n * large[0].numel())
+    dist.all_gather_into_tensor(gathered, large[ctx.rank])
+    check.close("all_gather_into_tensor of 64 MB blocks", gathered, torch.cat(large))
+    del large, gathered
 
     payload = 4 * NUMEL
     sent = _bytes_sent(dist.group.WORLD) - sent_before
@@ -116,7 +120,7 @@ def through_segments_worker(ctx: WorkerContext, transport: str) -> tuple[int, li
 @pytest.mark.parametrize("transport", ["auto", "tcp"])
 def test_collectives_go_through_the_segments(transport: str) -> None:
     reports = run_workers_ok(through_segments_worker, 3, transport, env={"MONARCH_TRANSPORT": transport})
-    assert_all_passed(reports, min_checks=7)
+    assert_all_passed(reports, min_checks=8)
 
 
 def rank_order_worker(ctx: WorkerContext) -> tuple[int, list[str]]:
@@ -299,8 +303,11 @@ def test_a_rank_that_cannot_map_makes_all_fall_back() -> None:
     assert_all_passed(run_workers_ok(fallback_worker, 2), min_checks=5)
 
 
-def test_kill_during_shared_memory_ops() -> None:
-    assert_killed_and_named(run_workers(kill_worker, 3, timeout=60))
+@pytest.mark.parametrize("op", ["all_reduce", "reduce_scatter"])
+def test_kill_during_shared_memory_ops(op: str) -> None:
+    # The victim dies in the middle of an op that reads its slots (an
+    # allreduce's tiles, a reduce-scatter's blocks).
+    assert_killed_and_named(run_workers(kill_worker, 3, "", op, timeout=60))
 
 
 def stopped_mid_op_worker(ctx: WorkerContext) -> dict[str, Any]:

@@ -1,6 +1,8 @@
 # Types of the C++ extension torch_monarch._C (csrc/python/bindings.cc).
 from typing import Any, Optional, TypedDict, overload
 
+import torch
+
 from torch._C._distributed_c10d import Backend, Store, Work
 
 from torch_monarch.options import Options
@@ -47,3 +49,5 @@ RDMA_BUILT: bool
 
 def rdma_report() -> RdmaReport: ...
 def rdma_resources() -> dict[str, int]: ...
+# src into dst (CPU, contiguous, equal bytes) with the collectives' streaming stores.
+def streaming_copy(dst: torch.Tensor, src: torch.Tensor) -> None: ...

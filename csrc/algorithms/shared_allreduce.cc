@@ -19,12 +19,6 @@ namespace monarch {
 
 namespace {
 
-// From this size an allreduce copies its results out with streaming stores:
-// the caller's buffer is too large to stay in cache, and skipping the read
-// before each write made 256 MB allreduces 13-23% faster at worlds 4 and 8
-// on the 16-core test machine (64 MB: 0-16%; 16 MB: slower).
-constexpr size_t kStreamingResultBytes = 64 * 1024 * 1024;
-
 // One round of the allreduce, tile by tile, with no barrier. Every rank
 // publishes its chunk into its slot tile by tile; any thread of any rank
 // claims the next tile and, once every rank has published it, reduces it
@@ -199,7 +193,7 @@ bool sharedReduction(
     return false;
   }
   const size_t perRound = slotBytes(*regions) / elem;
-  TiledRound::Results results = count * elem >= kStreamingResultBytes ? TiledRound::Results::kCopyStreaming
+  TiledRound::Results results = writesResultsStreaming(count * elem) ? TiledRound::Results::kCopyStreaming
                                                                       : TiledRound::Results::kCopy;
   if (root >= 0 && links.rank() != root) {
     results = TiledRound::Results::kLeave;

@@ -7,7 +7,8 @@
 // reduce-scatter publishes the peers' blocks and reads its own input block
 // and the peers' copies of it once, writing the result straight to the
 // output; the allgather publishes its block from its input, writing it to
-// its output in the same pass, and copies each peer's once.
+// its output in the same pass, and copies each peer's once, with streaming
+// stores where the output is too large for the cache (shared_slots.h).
 //
 // A rank writes its half of the slots again two rounds later. By then it
 // has taken every tile of the round between, each published by its owner
@@ -20,6 +21,7 @@
 #include <functional>
 #include <vector>
 
+#include "algorithms/parallel.h"
 #include "algorithms/reduce_kernels.h"
 #include "algorithms/shared_memory.h"
 #include "algorithms/shared_signature.h"
@@ -189,6 +191,7 @@ bool sharedAllgather(
   const auto* source = static_cast<const char*>(in);
   auto* bytes = static_cast<char*>(out);
   char* own = bytes + blocks.offsets[r] * elementBytes;
+  const bool streaming = writesResultsStreaming(blocks.maxCount() * elementBytes * n);
   for (size_t begin = 0; begin < blocks.maxCount(); begin += piece, ++regions->rounds) {
     const size_t length = std::min(piece, blocks.maxCount() - begin);
     auto span = [&](int owner, size_t t) {
@@ -199,16 +202,18 @@ bool sharedAllgather(
       const size_t at = (begin + t * tile) * elementBytes;
       std::memcpy(slotOf(*regions, r) + t * tile * elementBytes, source + at, span(r, t));
       if (own != source) {
-        std::memcpy(own + at, source + at, span(r, t)); // the tile is still in the cache
+        copySpans({{own + at, source + at, span(r, t)}}, nullptr, streaming); // the tile is still in the cache
       }
     };
     auto take = [&](size_t t) {
+      std::vector<CopySpan> peers;
       for (int distance = 1; distance < n; ++distance) {
         const int peer = (r + distance) % n;
-        std::memcpy(
-            bytes + (blocks.offsets[peer] + begin + t * tile) * elementBytes,
-            slotOf(*regions, peer) + t * tile * elementBytes, span(peer, t));
+        peers.push_back(
+            {bytes + (blocks.offsets[peer] + begin + t * tile) * elementBytes,
+             slotOf(*regions, peer) + t * tile * elementBytes, span(peer, t)});
       }
+      copySpans(peers, nullptr, streaming);
     };
     TileExchange(*regions, n, r, (length + tile - 1) / tile, tile * elementBytes).run(config.helpers, publish, take);
   }

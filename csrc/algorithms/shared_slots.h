@@ -12,6 +12,15 @@ namespace monarch {
 
 constexpr size_t kSlotAlignment = 64;
 
+// Whether an op of `bytes` (the whole message) writes its results with
+// streaming stores: the caller's buffers are then too large to stay in
+// cache, and skipping the read before each write made 256 MB allreduces
+// 13-23% faster at worlds 4 and 8 on the 16-core test machine (64 MB: 0-16%;
+// 16 MB, where the buffers stay in its 300 MiB L3: slower).
+inline bool writesResultsStreaming(size_t bytes) {
+  return bytes >= 64 * 1024 * 1024;
+}
+
 // The group's shared regions when a message of `bytes` should go through
 // them, else null.
 inline SharedRegions* regionsFor(Links& links, size_t bytes, const AlgorithmConfig& config) {

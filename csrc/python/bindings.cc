@@ -12,6 +12,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/utils/pybind.h>
 
+#include "algorithms/parallel.h"
 #include "backend/monarch_backend.h"
 #include "transport/rdma/rdma_endpoint.h"
 #include "transport/rdma/report.h"
@@ -203,6 +204,18 @@ PYBIND11_MODULE(_C, module) {
       "libfabric as the rdma transport sees it: library, version, error (why not loaded) and the providers "
       "offering reliable datagram endpoints as (provider, fabric, domain, rma).");
   module.attr("RDMA_BUILT") = monarch::rdma::builtWithLibfabric();
+  module.def(
+      "streaming_copy",
+      [](at::Tensor& dst, const at::Tensor& src) {
+        TORCH_CHECK_VALUE(dst.device().is_cpu() && src.device().is_cpu(), "streaming_copy takes CPU tensors");
+        TORCH_CHECK_VALUE(dst.is_contiguous() && src.is_contiguous(), "streaming_copy takes contiguous tensors");
+        TORCH_CHECK_VALUE(dst.nbytes() == src.nbytes(), "streaming_copy: ", dst.nbytes(), " bytes into ", src.nbytes());
+        py::gil_scoped_release released;
+        monarch::copySpans({{dst.data_ptr(), src.data_ptr(), dst.nbytes()}}, nullptr, /*streaming=*/true);
+      },
+      py::arg("dst"), py::arg("src"),
+      "Copies src into dst on this thread with the streaming stores the collectives write large results with "
+      "(benchmarks/collectives.py counts its rate in the memory bound).");
   module.def(
       "rdma_resources",
       [] {

@@ -56,10 +56,11 @@ def pid_of(segment: str) -> int:
     return int(os.path.basename(segment).split("-")[1])
 
 
-def kill_worker(ctx: WorkerContext, layout: str = "") -> dict[str, Any]:
+def kill_worker(ctx: WorkerContext, layout: str = "", op: str = "all_reduce") -> dict[str, Any]:
     """The last rank SIGKILLs itself while every rank loops large allreduces
-    on the default group, each rank posing as host ``layout[rank]`` (empty:
-    all on this one). Returns the survivor's problems and detection time."""
+    (``op`` "reduce_scatter": reduce-scatters) on the default group, each
+    rank posing as host ``layout[rank]`` (empty: all on this one). Returns the
+    survivor's problems and detection time."""
     baseline = settled_baseline()
     victim = ctx.world_size - 1
     stamp = os.path.join(ctx.tmp_dir, "killed")
@@ -69,6 +70,20 @@ def kill_worker(ctx: WorkerContext, layout: str = "") -> dict[str, Any]:
     ctx.store().set(f"pid{ctx.rank}", str(os.getpid()))
     inputs = [rank_input(rank, NUMEL, torch.float32, 11) for rank in range(ctx.world_size)]
     expected = reference_reduce(inputs, "SUM")
+    block = NUMEL // ctx.world_size
+    if op == "reduce_scatter":
+        inputs = [x[: block * ctx.world_size] for x in inputs]
+        expected = reference_reduce(inputs, "SUM").view(ctx.world_size, block)[ctx.rank]
+
+    def run_op() -> torch.Tensor:
+        if op == "reduce_scatter":
+            mine = torch.empty(block)
+            dist.reduce_scatter_tensor(mine, inputs[ctx.rank])
+            return mine
+        tensor = inputs[ctx.rank].clone()
+        dist.all_reduce(tensor)
+        return tensor
+
     dist.barrier()
     if ctx.rank == victim:
         delay_s = random.uniform(0.05, 0.3)  # picks the injection point; synchronises nothing
@@ -76,12 +91,12 @@ def kill_worker(ctx: WorkerContext, layout: str = "") -> dict[str, Any]:
     problems: list[str] = []
     deadline = time.monotonic() + 8.0
     while True:
-        tensor = inputs[ctx.rank].clone()
-        outcome = attempt(lambda: dist.all_reduce(tensor))
+        results: list[torch.Tensor] = []
+        outcome = attempt(lambda: results.append(run_op()))
         if not outcome.ok:
             break
-        if not torch.allclose(tensor, expected, rtol=1e-5, atol=1e-5):
-            problems.append("an allreduce that returned is wrong")
+        if not torch.allclose(results[0], expected, rtol=1e-5, atol=1e-5):
+            problems.append(f"an {op} that returned is wrong")
         if time.monotonic() > deadline:
             raise AssertionError("no op failed within 8 s of the kill timer")
     detect_s = outcome.ended - read_stamp(stamp)
