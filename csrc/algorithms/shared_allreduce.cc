@@ -99,7 +99,7 @@ class TiledRound {
   void publish() {
     for (size_t tile = nextPublish_++; tile < tiles_; tile = nextPublish_++) {
       std::memcpy(slot(rank_) + offset(tile), chunk_ + offset(tile), length(tile) * elem_);
-      regions_.published(rank_, tile).store(stamp_, std::memory_order_release);
+      regions_.store(regions_.published(rank_, tile), stamp_);
     }
   }
 
@@ -135,7 +135,7 @@ class TiledRound {
       // Into the first slot, in rank order: the result does not depend on
       // which rank reduced the tile.
       reduceAllInto(slot(0) + offset(tile), inputs, length(tile), type_, kind_, /*helpers=*/nullptr);
-      regions_.reduced(tile).store(stamp_, std::memory_order_release);
+      regions_.store(regions_.reduced(tile), stamp_);
     }
   }
 

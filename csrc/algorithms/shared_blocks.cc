@@ -74,7 +74,7 @@ class TileExchange {
         const size_t mine = nextPublish_++;
         if (mine < tiles_) {
           publish(mine);
-          regions_.published(rank_, mine).store(stamp_, std::memory_order_release);
+          regions_.store(regions_.published(rank_, mine), stamp_);
         }
         const size_t upTo = mine >= tiles_ ? tiles_ : (mine + 1 > lag_ ? mine + 1 - lag_ : 0);
         for (size_t tile = nextTake_.load(); tile < upTo;) {

@@ -58,7 +58,7 @@ bool agreeThroughSharedMemory(Links& links, SharedRegions& regions, bool fits) {
   own.dtype = static_cast<uint8_t>(mine.dtype);
   own.reduceOp = mine.reduceOp;
   own.fits = fits ? 1 : 0;
-  own.seq.store(seq, std::memory_order_release);
+  regions.store(own.seq, seq);
   bool everyRankFits = fits;
   for (int peer = 0; peer < n; ++peer) {
     if (peer == r) {
@@ -76,7 +76,7 @@ bool agreeThroughSharedMemory(Links& links, SharedRegions& regions, bool fits) {
     }
     everyRankFits = everyRankFits && theirs.fits != 0;
   }
-  agreedOf(regions, r).store(seq, std::memory_order_release);
+  regions.store(agreedOf(regions, r), seq);
   return everyRankFits;
 }
 

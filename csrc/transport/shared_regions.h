@@ -35,9 +35,13 @@ class SharedRegions {
   virtual std::atomic<uint64_t>& published(int rank, size_t tile) const = 0;
   virtual std::atomic<uint64_t>& claimed(size_t tile) const = 0;
   virtual std::atomic<uint64_t>& reduced(size_t tile) const = 0;
+  // Stores `value` into one of the words a peer may await (release), waking
+  // any thread of any rank that sleeps in await().
+  virtual void store(std::atomic<uint64_t>& word, uint64_t value) = 0;
   // Returns `word`'s value once ready(value) holds. Past a short spin it
   // checks the group between looks and throws OpFailure, as barrier() does,
-  // naming rank waitedOn(value) (-1: no rank in particular).
+  // naming rank waitedOn(value) (-1: no rank in particular); past a longer
+  // one it sleeps until a store(). Every word awaited is written by store().
   virtual uint64_t await(
       const std::atomic<uint64_t>& word,
       const std::function<bool(uint64_t)>& ready,

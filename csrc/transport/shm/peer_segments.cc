@@ -27,6 +27,10 @@ struct alignas(64) PaddedWord {
 struct SegmentHeader {
   alignas(64) std::atomic<uint32_t> arrivals; // barriers the owner has entered
   alignas(64) std::atomic<uint32_t> sleepers; // peers in a futex wait on `arrivals`
+  // Used in the first rank's segment only: rung (and woken) by a store() that
+  // finds a thread asleep in await(), of any rank.
+  alignas(64) std::atomic<uint32_t> bell;
+  alignas(64) std::atomic<uint32_t> bellSleepers;
   PaddedWord published[SharedRegions::kMaxTiles];
   // Used in the first rank's segment only, for the whole group.
   PaddedWord claimed[SharedRegions::kMaxTiles];
@@ -46,10 +50,11 @@ SegmentHeader& headerOf(const SharedSegment& segment) {
 constexpr auto kSpin = std::chrono::microseconds(20);
 // Longest kernel sleep between checks that the group is still healthy.
 constexpr long kSleepNanos = 1000 * 1000;
-// A wait on a tile word yields the core after the spin, and from this long
-// sleeps between looks: a peer that far behind is descheduled or stopped.
-constexpr auto kYield = std::chrono::milliseconds(1);
-constexpr auto kTileSleep = std::chrono::microseconds(100);
+// A wait on a word yields the core after the spin, and from this long
+// sleeps in the kernel until the word is stored: a peer that far behind is
+// busy elsewhere or descheduled, and a waiter that kept looking would take
+// a core from it where ranks outnumber cores.
+constexpr auto kYield = std::chrono::microseconds(100);
 
 void futexWait(std::atomic<uint32_t>* word, uint32_t expected) {
   timespec timeout{0, kSleepNanos};
@@ -204,14 +209,31 @@ uint64_t PeerSegments::await(
     const std::atomic<uint64_t>& word,
     const std::function<bool(uint64_t)>& ready,
     const std::function<int(uint64_t)>& waitedOn) {
+  SegmentHeader& group = headerOf(*segments_[0]);
   return pollUntil(word, ready, [&](uint64_t seen, std::chrono::steady_clock::duration waited) {
     checkWhileWaiting_(waitedOn(seen));
     if (waited < kYield) {
       std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(kTileSleep);
+      return;
     }
+    // Sequentially consistent with store(): either it sees this sleeper and
+    // rings, or the look after registering sees its value.
+    const uint32_t bell = group.bell.load(std::memory_order_seq_cst);
+    group.bellSleepers.fetch_add(1, std::memory_order_seq_cst);
+    if (!ready(word.load(std::memory_order_seq_cst))) {
+      futexWait(&group.bell, bell);
+    }
+    group.bellSleepers.fetch_sub(1, std::memory_order_seq_cst);
   });
+}
+
+void PeerSegments::store(std::atomic<uint64_t>& word, uint64_t value) {
+  word.store(value, std::memory_order_seq_cst);
+  SegmentHeader& group = headerOf(*segments_[0]);
+  if (group.bellSleepers.load(std::memory_order_seq_cst) > 0) {
+    group.bell.fetch_add(1, std::memory_order_seq_cst);
+    futexWakeAll(&group.bell);
+  }
 }
 
 } // namespace monarch

@@ -47,6 +47,7 @@ class PeerSegments : public SharedRegions {
   std::atomic<uint64_t>& published(int rank, size_t tile) const override;
   std::atomic<uint64_t>& claimed(size_t tile) const override;
   std::atomic<uint64_t>& reduced(size_t tile) const override;
+  void store(std::atomic<uint64_t>& word, uint64_t value) override;
   uint64_t await(
       const std::atomic<uint64_t>& word,
       const std::function<bool(uint64_t)>& ready,
