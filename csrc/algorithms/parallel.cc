@@ -85,4 +85,8 @@ void copySpans(const std::vector<CopySpan>& spans, HelperPool* helpers, bool str
   forEachSlice(total, 1, helpers, [&](size_t begin, size_t end) { copyRange(spans, begin, end, copy); });
 }
 
+void copyBytes(void* dst, const void* src, size_t bytes, bool streaming) {
+  (streaming ? streamingCopy : cachedCopy)(static_cast<char*>(dst), static_cast<const char*>(src), bytes);
+}
+
 } // namespace monarch

@@ -25,5 +25,7 @@ struct CopySpan {
 // too large to stay in cache, which then cost no read before the write and
 // evict nothing.
 void copySpans(const std::vector<CopySpan>& spans, HelperPool* helpers, bool streaming = false);
+// One copy on this thread, with non-temporal stores as copySpans' `streaming`.
+void copyBytes(void* dst, const void* src, size_t bytes, bool streaming);
 
 } // namespace monarch

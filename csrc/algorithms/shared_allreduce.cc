@@ -147,9 +147,8 @@ class TiledRound {
           regions_.reduced(tile), [this](uint64_t seen) { return seen == stamp_; },
           [this, tile](uint64_t) { return holdingUp(tile); });
       if (results_ != Results::kLeave) {
-        copySpans(
-            {{chunk_ + offset(tile), slot(0) + offset(tile), length(tile) * elem_}}, nullptr,
-            results_ == Results::kCopyStreaming);
+        copyBytes(
+            chunk_ + offset(tile), slot(0) + offset(tile), length(tile) * elem_, results_ == Results::kCopyStreaming);
       }
     }
   }

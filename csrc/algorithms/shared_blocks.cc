@@ -202,18 +202,16 @@ bool sharedAllgather(
       const size_t at = (begin + t * tile) * elementBytes;
       std::memcpy(slotOf(*regions, r) + t * tile * elementBytes, source + at, span(r, t));
       if (own != source) {
-        copySpans({{own + at, source + at, span(r, t)}}, nullptr, streaming); // the tile is still in the cache
+        copyBytes(own + at, source + at, span(r, t), streaming); // the tile is still in the cache
       }
     };
     auto take = [&](size_t t) {
-      std::vector<CopySpan> peers;
       for (int distance = 1; distance < n; ++distance) {
         const int peer = (r + distance) % n;
-        peers.push_back(
-            {bytes + (blocks.offsets[peer] + begin + t * tile) * elementBytes,
-             slotOf(*regions, peer) + t * tile * elementBytes, span(peer, t)});
+        copyBytes(
+            bytes + (blocks.offsets[peer] + begin + t * tile) * elementBytes,
+            slotOf(*regions, peer) + t * tile * elementBytes, span(peer, t), streaming);
       }
-      copySpans(peers, nullptr, streaming);
     };
     TileExchange(*regions, n, r, (length + tile - 1) / tile, tile * elementBytes).run(config.helpers, publish, take);
   }

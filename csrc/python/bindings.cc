@@ -211,7 +211,7 @@ PYBIND11_MODULE(_C, module) {
         TORCH_CHECK_VALUE(dst.is_contiguous() && src.is_contiguous(), "streaming_copy takes contiguous tensors");
         TORCH_CHECK_VALUE(dst.nbytes() == src.nbytes(), "streaming_copy: ", dst.nbytes(), " bytes into ", src.nbytes());
         py::gil_scoped_release released;
-        monarch::copySpans({{dst.data_ptr(), src.data_ptr(), dst.nbytes()}}, nullptr, /*streaming=*/true);
+        monarch::copyBytes(dst.data_ptr(), src.data_ptr(), dst.nbytes(), /*streaming=*/true);
       },
       py::arg("dst"), py::arg("src"),
       "Copies src into dst on this thread with the streaming stores the collectives write large results with "
