@@ -224,8 +224,8 @@ def test_block_collectives_over_many_rounds() -> None:
 
 
 # A rank waiting for a late peer sleeps in the kernel: over a 2 s wait it
-# used 0.04 s of CPU on the 2-core development machine, and 0.28 s when it
-# yielded and napped 100 us at a time, which took cores from the ranks that
+# used 0.05-0.07 s of CPU on the 2-core development machine, and 0.28 s when
+# it yielded and napped 100 us at a time, which took cores from the ranks that
 # had work where ranks outnumber cores (the demo, 8 ranks on 2 cores, lost
 # 15-25% of its steps).
 LATE_PEER_S = 2.0

@@ -68,21 +68,21 @@ def kill_worker(ctx: WorkerContext, layout: str = "", op: str = "all_reduce") ->
     options = torch_monarch.Options(shm_segment_bytes=64 << 10, host_name=layout[ctx.rank] if layout else "")
     ctx.init("monarch", timeout=timedelta(seconds=10), pg_options=options)
     ctx.store().set(f"pid{ctx.rank}", str(os.getpid()))
-    inputs = [rank_input(rank, NUMEL, torch.float32, 11) for rank in range(ctx.world_size)]
+    n = ctx.world_size
+    block = NUMEL // n
+    numel = block * n if op == "reduce_scatter" else NUMEL
+    inputs = [rank_input(rank, numel, torch.float32, 11) for rank in range(n)]
     expected = reference_reduce(inputs, "SUM")
-    block = NUMEL // ctx.world_size
     if op == "reduce_scatter":
-        inputs = [x[: block * ctx.world_size] for x in inputs]
-        expected = reference_reduce(inputs, "SUM").view(ctx.world_size, block)[ctx.rank]
+        expected = expected.view(n, block)[ctx.rank]
+    output = torch.empty_like(expected)
 
-    def run_op() -> torch.Tensor:
+    def run_op() -> None:
         if op == "reduce_scatter":
-            mine = torch.empty(block)
-            dist.reduce_scatter_tensor(mine, inputs[ctx.rank])
-            return mine
-        tensor = inputs[ctx.rank].clone()
-        dist.all_reduce(tensor)
-        return tensor
+            dist.reduce_scatter_tensor(output, inputs[ctx.rank])
+        else:
+            output.copy_(inputs[ctx.rank])
+            dist.all_reduce(output)
 
     dist.barrier()
     if ctx.rank == victim:
@@ -91,11 +91,10 @@ def kill_worker(ctx: WorkerContext, layout: str = "", op: str = "all_reduce") ->
     problems: list[str] = []
     deadline = time.monotonic() + 8.0
     while True:
-        results: list[torch.Tensor] = []
-        outcome = attempt(lambda: results.append(run_op()))
+        outcome = attempt(run_op)
         if not outcome.ok:
             break
-        if not torch.allclose(results[0], expected, rtol=1e-5, atol=1e-5):
+        if not torch.allclose(output, expected, rtol=1e-5, atol=1e-5):
             problems.append(f"an {op} that returned is wrong")
         if time.monotonic() > deadline:
             raise AssertionError("no op failed within 8 s of the kill timer")
