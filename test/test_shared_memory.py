@@ -96,8 +96,9 @@ def through_segments_worker(ctx: WorkerContext, transport: str) -> tuple[int, li
     dist.broadcast(tensor, src=n - 1)
     check.close("broadcast", tensor, inputs[n - 1])
 
-    # 64 MB and more: the results are written with streaming stores; an
-    # odd length leaves unaligned tails in every block.
+    # 64 MB and more: the results are written with streaming stores, in
+    # tiles for large messages (shared_blocks.cc); an odd length leaves
+    # unaligned tails in every block.
     large = [rank_input(rank, (64 << 20) // 4 + 5, torch.float32, 4) for rank in range(n)]
     tensor = large[ctx.rank].clone()
     dist.all_reduce(tensor)
@@ -105,6 +106,11 @@ def through_segments_worker(ctx: WorkerContext, transport: str) -> tuple[int, li
     gathered = torch.empty(n * large[0].numel())
     dist.all_gather_into_tensor(gathered, large[ctx.rank])
     check.close("all_gather_into_tensor of 64 MB blocks", gathered, torch.cat(large))
+    block = large[0].numel() // n  # not a whole number of tiles
+    mine = torch.empty(block)
+    dist.reduce_scatter_tensor(mine, large[ctx.rank][: block * n])
+    expected = reference_reduce([x[: block * n] for x in large], "SUM").view(n, block)[ctx.rank]
+    check.close("reduce_scatter_tensor of 64 MB", mine, expected)
     del large, gathered
 
     payload = 4 * NUMEL
@@ -122,7 +128,7 @@ def through_segments_worker(ctx: WorkerContext, transport: str) -> tuple[int, li
 @pytest.mark.parametrize("transport", ["auto", "tcp"])
 def test_collectives_go_through_the_segments(transport: str) -> None:
     reports = run_workers_ok(through_segments_worker, 3, transport, env={"MONARCH_TRANSPORT": transport})
-    assert_all_passed(reports, min_checks=8)
+    assert_all_passed(reports, min_checks=10)
 
 
 def rank_order_worker(ctx: WorkerContext) -> tuple[int, list[str]]:
