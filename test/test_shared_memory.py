@@ -111,7 +111,14 @@ def through_segments_worker(ctx: WorkerContext, transport: str) -> tuple[int, li
     dist.reduce_scatter_tensor(mine, large[ctx.rank][: block * n])
     expected = reference_reduce([x[: block * n] for x in large], "SUM").view(n, block)[ctx.rank]
     check.close("reduce_scatter_tensor of 64 MB", mine, expected)
-    del large, gathered
+    # bfloat16, combined in float in a scratch tile before its streaming store.
+    halves = [x[: block * n].to(torch.bfloat16) for x in large]
+    # Twice each rank's blocks: a 64 MB message in two-byte elements.
+    mine = torch.empty(2 * block, dtype=torch.bfloat16)
+    dist.reduce_scatter_tensor(mine, torch.cat([halves[ctx.rank], halves[ctx.rank]]))
+    expected = reference_reduce([torch.cat([x, x]) for x in halves], "SUM").view(n, 2 * block)
+    check.close("reduce_scatter_tensor of 64 MB in bfloat16", mine, expected[ctx.rank])
+    del large, gathered, halves
 
     payload = 4 * NUMEL
     sent = _bytes_sent(dist.group.WORLD) - sent_before
@@ -128,7 +135,7 @@ def through_segments_worker(ctx: WorkerContext, transport: str) -> tuple[int, li
 @pytest.mark.parametrize("transport", ["auto", "tcp"])
 def test_collectives_go_through_the_segments(transport: str) -> None:
     reports = run_workers_ok(through_segments_worker, 3, transport, env={"MONARCH_TRANSPORT": transport})
-    assert_all_passed(reports, min_checks=10)
+    assert_all_passed(reports, min_checks=11)
 
 
 def rank_order_worker(ctx: WorkerContext) -> tuple[int, list[str]]:

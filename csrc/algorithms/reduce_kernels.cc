@@ -315,8 +315,20 @@ void reduceAllInto(
 
 void reduceAllFrom(
     void* out, const void* first, const std::vector<const void*>& inputs, size_t count, DataType type, ReduceKind kind,
-    HelperPool* helpers) {
-  reduceTiles(out, first == out ? nullptr : first, inputs, count, type, kind, helpers, nullptr);
+    bool streaming) {
+  if (!streaming || first == out) {
+    reduceTiles(out, first == out ? nullptr : first, inputs, count, type, kind, nullptr, nullptr);
+    return;
+  }
+  const size_t elem = elementSize(type);
+  const size_t tile = kTileBytes / elem;
+  alignas(64) char scratch[kTileBytes];
+  for (size_t from = 0; from < count; from += tile) {
+    const size_t length = std::min(tile, count - from);
+    std::memcpy(scratch, static_cast<const char*>(first) + from * elem, length * elem);
+    reduceTile(scratch, inputs, from, length, type, kind);
+    copyBytes(static_cast<char*>(out) + from * elem, scratch, length * elem, /*streaming=*/true);
+  }
 }
 
 void reduceInto(void* acc, const void* in, size_t count, DataType type, ReduceKind kind, HelperPool* helpers) {

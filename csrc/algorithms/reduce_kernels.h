@@ -25,11 +25,14 @@ void reduceAllInto(
     void* acc, const std::vector<const void*>& inputs, size_t count, DataType type, ReduceKind kind, HelperPool* helpers,
     void* alsoTo = nullptr);
 
-// out = first (op) each of `inputs` in turn, tile by tile as above; `first`
-// is left as it is unless it is `out`.
+// out = first (op) each of `inputs` in turn, tile by tile as above, on the
+// calling thread; `first` is left as it is unless it is `out`. `streaming`:
+// each tile is combined in a scratch tile and written to out with
+// non-temporal stores (parallel.h's copyBytes), which skip reading out's
+// lines before they are overwritten.
 void reduceAllFrom(
     void* out, const void* first, const std::vector<const void*>& inputs, size_t count, DataType type, ReduceKind kind,
-    HelperPool* helpers);
+    bool streaming);
 
 // Whether divideInPlace has `type`: the real floating point types.
 bool dividesInPlace(DataType type);

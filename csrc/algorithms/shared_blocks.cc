@@ -7,8 +7,9 @@
 // reduce-scatter publishes the peers' blocks and reads its own input block
 // and the peers' copies of it once, writing the result straight to the
 // output; the allgather publishes its block from its input, writing it to
-// its output in the same pass, and copies each peer's once, with streaming
-// stores where the output is too large for the cache (shared_slots.h).
+// its output in the same pass, and copies each peer's once. Both write
+// their results with streaming stores where the message is too large for
+// the cache (shared_slots.h).
 //
 // A rank writes its half of the slots again two rounds later. By then it
 // has taken every tile of the round between, each published by its owner
@@ -151,6 +152,7 @@ bool sharedReduceScatter(
   auto* result = static_cast<char*>(out);
   auto position = [](int block, int owner) { return block < owner ? block : block - 1; };
   const size_t tile = tileElements(piece, elem, messageBytes);
+  const bool streaming = writesResultsStreaming(messageBytes);
   for (size_t begin = 0; begin < blocks.maxCount(); begin += piece, ++regions->rounds) {
     const size_t length = std::min(piece, blocks.maxCount() - begin);
     auto publish = [&](size_t t) {
@@ -179,7 +181,7 @@ bool sharedReduceScatter(
           peers.push_back(slotOf(*regions, peer) + position(r, peer) * pieceBytes + t * tile * elem);
         }
       }
-      reduceAllFrom(result + at * elem, source + (blocks.offsets[r] + at) * elem, peers, count, type, kind, nullptr);
+      reduceAllFrom(result + at * elem, source + (blocks.offsets[r] + at) * elem, peers, count, type, kind, streaming);
     };
     TileExchange(*regions, n, r, (length + tile - 1) / tile, (n - 1) * tile * elem).run(config.helpers, publish, take);
   }

@@ -16,7 +16,9 @@ constexpr size_t kSlotAlignment = 64;
 // streaming stores: the caller's buffers are then too large to stay in
 // cache, and skipping the read before each write made 256 MB allreduces
 // 13-23% faster at worlds 4 and 8 on the 16-core test machine (64 MB: 0-16%;
-// 16 MB, where the buffers stay in its 300 MiB L3: slower).
+// 16 MB, where the buffers stay in its 300 MiB L3: slower); the
+// reduce-scatter's results, 1.00-1.15x at 64 and 256 MB (worlds 2-8, one
+// thread per rank; 0.94-1.09x at 16 MB).
 inline bool writesResultsStreaming(size_t bytes) {
   return bytes >= 64 * 1024 * 1024;
 }
