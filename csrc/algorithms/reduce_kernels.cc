@@ -280,20 +280,27 @@ void reduceTile(
 }
 
 // reduceAllInto and reduceAllFrom: with `first`, each tile of acc is first
-// copied from it, while the tile is brought into the cache anyway.
+// copied from it, while the tile is brought into the cache anyway. With
+// `streaming` (and `first`), each tile is combined in a scratch tile and
+// stored to acc with non-temporal stores.
 void reduceTiles(
     void* acc, const void* first, const std::vector<const void*>& inputs, size_t count, DataType type, ReduceKind kind,
-    HelperPool* helpers, void* alsoTo) {
+    HelperPool* helpers, void* alsoTo, bool streaming) {
   const size_t elem = elementSize(type);
   const size_t tile = kTileBytes / elem;
   forEachSlice(count, elem, helpers, [&](size_t begin, size_t end) {
+    alignas(64) char scratch[kTileBytes];
     for (size_t from = begin; from < end; from += tile) {
       const size_t length = std::min(tile, end - from);
-      char* target = static_cast<char*>(acc) + from * elem;
+      char* destination = static_cast<char*>(acc) + from * elem;
+      char* target = streaming ? scratch : destination;
       if (first) {
         std::memcpy(target, static_cast<const char*>(first) + from * elem, length * elem);
       }
       reduceTile(target, inputs, from, length, type, kind);
+      if (streaming) {
+        copyBytes(destination, scratch, length * elem, /*streaming=*/true);
+      }
       if (alsoTo) {
         std::memcpy(static_cast<char*>(alsoTo) + from * elem, target, length * elem);
       }
@@ -310,25 +317,14 @@ void reduceInto(void* acc, const void* in, size_t count, DataType type, ReduceKi
 void reduceAllInto(
     void* acc, const std::vector<const void*>& inputs, size_t count, DataType type, ReduceKind kind, HelperPool* helpers,
     void* alsoTo) {
-  reduceTiles(acc, nullptr, inputs, count, type, kind, helpers, alsoTo);
+  reduceTiles(acc, nullptr, inputs, count, type, kind, helpers, alsoTo, /*streaming=*/false);
 }
 
 void reduceAllFrom(
     void* out, const void* first, const std::vector<const void*>& inputs, size_t count, DataType type, ReduceKind kind,
     bool streaming) {
-  if (!streaming || first == out) {
-    reduceTiles(out, first == out ? nullptr : first, inputs, count, type, kind, nullptr, nullptr);
-    return;
-  }
-  const size_t elem = elementSize(type);
-  const size_t tile = kTileBytes / elem;
-  alignas(64) char scratch[kTileBytes];
-  for (size_t from = 0; from < count; from += tile) {
-    const size_t length = std::min(tile, count - from);
-    std::memcpy(scratch, static_cast<const char*>(first) + from * elem, length * elem);
-    reduceTile(scratch, inputs, from, length, type, kind);
-    copyBytes(static_cast<char*>(out) + from * elem, scratch, length * elem, /*streaming=*/true);
-  }
+  const bool inPlace = first == out;
+  reduceTiles(out, inPlace ? nullptr : first, inputs, count, type, kind, nullptr, nullptr, streaming && !inPlace);
 }
 
 void reduceInto(void* acc, const void* in, size_t count, DataType type, ReduceKind kind, HelperPool* helpers) {
