@@ -30,9 +30,12 @@ back-to-back async ops and their waits, maximised over the ranks; the table
 reports the median over rounds.
 
 The physical limit is memory bandwidth. Every rank measures its memcpy rate
-(the fastest of ``copy_`` with the rank's torch threads, glibc's
-``memmove`` and the kernel's ``process_vm_readv``, of a buffer of the largest size, at least 64 MiB so it measures
-DRAM, median of several, counting bytes read plus bytes written), first
+(the fastest of ``copy_`` with the rank's torch threads and, on the CPU,
+glibc's ``memmove``, the streaming-store copy and the kernel's
+``process_vm_readv``, each on one thread and split among the threads a
+rank's collectives copy on: its torch threads plus the transport's; of a
+buffer of the largest size, at least 64 MiB so it measures DRAM, median of
+several, counting bytes read plus bytes written), first
 alone, one rank after the other, then all ranks at once; the machine's
 aggregate rate is the sum of the rates measured at once. That is the rate
 of memory (DRAM). Every rank then copies a buffer of each
@@ -69,6 +72,7 @@ import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass, field
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any, Callable, Optional, Sequence
 
@@ -191,6 +195,8 @@ class Report:
     # The aggregate rate with buffers of each measured size (the bound of that size's ops).
     memcpy_aggregate_gbps_by_size: dict[int, float]
     torch_threads: int
+    # Threads per rank the copies were also split among (the rates are the fastest).
+    memcpy_threads: int
     check: str
     rows: list[Row]
 
@@ -249,15 +255,17 @@ def _worker(ctx: WorkerContext, config: BenchConfig) -> Optional[dict[str, Any]]
     )
 
     # Each rank alone, one after the other; then every rank at once, as
-    # they run the ops.
+    # they run the ops. On the CPU a rank's collectives copy on its monarch
+    # threads (as many as its torch threads) and on the transport's thread.
     memcpy_bytes = max(max(config.sizes), MEMCPY_MIN_BYTES)
+    copy_threads = threads + 1 if session.device.type == "cpu" else 1
     alone = float("nan")
     for rank in range(ctx.world_size):
         dist.barrier(group=session.control)
         if rank == ctx.rank:
-            alone = _memcpy_bandwidth(memcpy_bytes, session.device, spec.sync)
+            alone = _memcpy_bandwidth(memcpy_bytes, session.device, spec.sync, copy_threads)
     dist.barrier(group=session.control)
-    at_once = _memcpy_bandwidth(memcpy_bytes, session.device, spec.sync)
+    at_once = _memcpy_bandwidth(memcpy_bytes, session.device, spec.sync, copy_threads)
     local = torch.tensor([alone, at_once], dtype=torch.float64)
     rates = [torch.zeros_like(local) for _ in range(ctx.world_size)]
     dist.all_gather(rates, local, group=session.control)
@@ -265,7 +273,7 @@ def _worker(ctx: WorkerContext, config: BenchConfig) -> Optional[dict[str, Any]]
     at_once_rates = [float(rate[1].item()) for rate in rates]
     for size in config.sizes:
         dist.barrier(group=session.control)
-        rate = torch.tensor([_memcpy_bandwidth(size, session.device, spec.sync)], dtype=torch.float64)
+        rate = torch.tensor([_memcpy_bandwidth(size, session.device, spec.sync, copy_threads)], dtype=torch.float64)
         dist.all_reduce(rate, group=session.control)
         session.memcpy_aggregate_gbps_by_size[size] = float(rate.item())
 
@@ -294,6 +302,7 @@ def _worker(ctx: WorkerContext, config: BenchConfig) -> Optional[dict[str, Any]]
         memcpy_alone_gbps=statistics.median(alone_rates),
         memcpy_aggregate_gbps_by_size=dict(session.memcpy_aggregate_gbps_by_size),
         torch_threads=threads,
+        memcpy_threads=copy_threads,
         check=check,
         rows=rows,
     )
@@ -304,26 +313,32 @@ class _IoVec(ctypes.Structure):
     _fields_ = [("base", ctypes.c_void_p), ("length", ctypes.c_size_t)]
 
 
-def _kernel_copy(dst: int, src: int, nbytes: int) -> Optional[Callable[[], object]]:
-    """A copy of ``nbytes`` from ``src`` to ``dst`` by ``process_vm_readv`` of this
-    process; None where the kernel refuses it (the remote reads are off there too)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    local, remote, pid = _IoVec(dst, nbytes), _IoVec(src, nbytes), os.getpid()
+# A copy of ``length`` bytes at ``offset`` of one buffer into the same place of another.
+_SliceCopy = Callable[[int, int], object]
 
-    def copy() -> int:
+
+def _kernel_copy(dst: int, src: int, nbytes: int) -> Optional[_SliceCopy]:
+    """Copies by ``process_vm_readv`` of this process; None where the kernel
+    refuses it (the remote reads are off there too)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    pid = os.getpid()
+
+    def copy(offset: int, length: int) -> int:
+        local, remote = _IoVec(dst + offset, length), _IoVec(src + offset, length)
         return int(libc.process_vm_readv(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0))
 
-    return copy if copy() == nbytes else None
+    return copy if copy(0, nbytes) == nbytes else None
 
 
-def _memcpy_bandwidth(nbytes: int, device: Any, sync: Callable[[], None], reps: int = 7) -> float:
+def _memcpy_bandwidth(nbytes: int, device: Any, sync: Callable[[], None], threads: int, reps: int = 7) -> float:
     """Read plus write GB/s of the fastest copy of ``nbytes`` buffers, each the median of ``reps``.
 
     The copies: torch's ``dst.copy_(src)`` with the rank's torch threads and,
     on the CPU, glibc's ``memmove``, the streaming-store copy the collectives
     write large results with (``torch_monarch._C.streaming_copy``) and the
     kernel's copy of a remote read (``process_vm_readv`` of this process's own
-    memory), one thread each.
+    memory), each on one thread and again split among ``threads`` threads
+    copying at once.
     Above a size near the caches', glibc writes with non-temporal stores,
     which skip reading the destination; ``copy_``'s cached stores read every
     line before writing it, so at 64 MiB its rate understated memory's and an
@@ -333,23 +348,18 @@ def _memcpy_bandwidth(nbytes: int, device: Any, sync: Callable[[], None], reps: 
     scatter at 112-129% of a bound without it). The streaming copy writes
     no line it has to read first either, and on the 16-core host it beat
     glibc's by 7-28% at 64 MiB (one thread per process, 1 to 8 processes at
-    once). A small buffer
-    is copied repeatedly within each timing (at least 4 MiB in all), so that
-    the clock's resolution does not decide its rate.
+    once). Split among threads: a rank's collectives copy on its monarch
+    threads and, for the messages too large for shared memory, on the
+    transport's thread at the same time, and with one thread's copies in the
+    bound an all_gather at 16 / world threads came out at 133% of it and an
+    all_to_all at one thread at 114%. A small buffer is copied repeatedly
+    within each timing (at least 4 MiB in all), so that the clock's
+    resolution does not decide its rate.
     """
     import torch
 
     src = torch.ones(nbytes, dtype=torch.uint8, device=device)
     dst = torch.zeros_like(src)
-    copies: list[Callable[[], object]] = [lambda: dst.copy_(src)]
-    if src.device.type == "cpu":
-        import torch_monarch._C as native
-
-        copies.append(lambda: ctypes.memmove(dst.data_ptr(), src.data_ptr(), nbytes))
-        copies.append(lambda: native.streaming_copy(dst, src))
-        kernel_copy = _kernel_copy(dst.data_ptr(), src.data_ptr(), nbytes)
-        if kernel_copy is not None:
-            copies.append(kernel_copy)
     repeat = max(1, (4 * MIB) // nbytes)
 
     def rate(copy: Callable[[], object]) -> float:
@@ -364,7 +374,36 @@ def _memcpy_bandwidth(nbytes: int, device: Any, sync: Callable[[], None], reps: 
             times.append(time.perf_counter() - start)
         return 2 * nbytes * repeat / statistics.median(times) / 1e9
 
-    return max(rate(copy) for copy in copies)
+    copies: list[Callable[[], object]] = [lambda: dst.copy_(src)]
+    if src.device.type != "cpu":
+        return max(rate(copy) for copy in copies)
+    import torch_monarch._C as native
+
+    slice_copies: list[_SliceCopy] = [
+        lambda offset, length: ctypes.memmove(dst.data_ptr() + offset, src.data_ptr() + offset, length),
+        lambda offset, length: native.streaming_copy(dst[offset : offset + length], src[offset : offset + length]),
+    ]
+    kernel_copy = _kernel_copy(dst.data_ptr(), src.data_ptr(), nbytes)
+    if kernel_copy is not None:
+        slice_copies.append(kernel_copy)
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        for copy in slice_copies:
+            copies.append(_whole(copy, nbytes))
+            if threads > 1:
+                copies.append(_split(copy, nbytes, threads, pool))
+        return max(rate(copy) for copy in copies)
+
+
+def _whole(copy: _SliceCopy, nbytes: int) -> Callable[[], object]:
+    return lambda: copy(0, nbytes)
+
+
+def _split(copy: _SliceCopy, nbytes: int, threads: int, pool: ThreadPoolExecutor) -> Callable[[], object]:
+    """``copy`` of ``nbytes`` as ``threads`` page-aligned slices copied at once
+    (the copies release the GIL)."""
+    step = -(-nbytes // threads // 4096) * 4096
+    slices = [(offset, min(step, nbytes - offset)) for offset in range(0, nbytes, step)]
+    return lambda: list(pool.map(lambda piece: copy(*piece), slices))
 
 
 def _check_ops(session: _Session) -> str:
@@ -489,8 +528,8 @@ def format_report(report: Report, config: BenchConfig) -> str:
         f"# collectives: device={report.device} world_size={report.world_size} dtype={report.dtype} "
         f"peer={report.peer} torch_threads/rank={report.torch_threads} host_cpus={os.cpu_count()} "
         f"monarch_env={env}",
-        f"# memcpy read+write (the fastest of copy_, memmove, streaming stores and process_vm_readv, {_format_size(report.memcpy_bytes)} at {report.torch_threads} thread(s) "
-        f"per rank): {report.memcpy_alone_gbps:.2f} GB/s a rank alone, {report.memcpy_gbps:.2f} GB/s per rank "
+        f"# memcpy read+write (the fastest of copy_ at {report.torch_threads} torch thread(s), memmove, streaming stores and "
+        f"process_vm_readv on 1 or {report.memcpy_threads} thread(s), {_format_size(report.memcpy_bytes)} per rank): {report.memcpy_alone_gbps:.2f} GB/s a rank alone, {report.memcpy_gbps:.2f} GB/s per rank "
         f"all at once (medians), {report.memcpy_aggregate_gbps:.2f} GB/s together",
         "# memcpy together at each size (the bound of its ops): "
         + ", ".join(f"{_format_size(size)} {rate:.1f} GB/s" for size, rate in report.memcpy_aggregate_gbps_by_size.items()),

@@ -33,6 +33,8 @@ def test_collectives_benchmark_checks_and_measures_every_op() -> None:
     report = json.loads(line[len("JSON ") :])
     assert report["check"].startswith("ok: "), report["check"]
     assert report["memcpy_gbps"] > 0
+    # One torch thread per rank: its copies are also timed split between it and the transport's thread.
+    assert report["memcpy_threads"] == 2
     # The bound of each size's ops uses the aggregate memcpy rate at that size.
     assert {int(size) for size in report["memcpy_aggregate_gbps_by_size"]} == set(SIZES)
     assert all(rate > 0 for rate in report["memcpy_aggregate_gbps_by_size"].values())
