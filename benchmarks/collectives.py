@@ -256,9 +256,11 @@ def _worker(ctx: WorkerContext, config: BenchConfig) -> Optional[dict[str, Any]]
 
     # Each rank alone, one after the other; then every rank at once, as
     # they run the ops. On the CPU a rank's collectives copy on its monarch
-    # threads (as many as its torch threads) and on the transport's thread.
+    # threads (Options.threads: MONARCH_THREADS, else its torch threads) and
+    # on the transport's thread.
     memcpy_bytes = max(max(config.sizes), MEMCPY_MIN_BYTES)
-    copy_threads = threads + 1 if session.device.type == "cpu" else 1
+    monarch_threads = int(config.monarch_env.get("MONARCH_THREADS", threads))
+    copy_threads = monarch_threads + 1 if session.device.type == "cpu" else 1
     alone = float("nan")
     for rank in range(ctx.world_size):
         dist.barrier(group=session.control)
