@@ -2,6 +2,7 @@
 
 #include "contract/errors.h"
 #include "contract/profiling.h"
+#include "common/spin.h"
 
 namespace monarch {
 
@@ -18,6 +19,8 @@ MonarchWork::MonarchWork(
       future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
 
 bool MonarchWork::wait(std::chrono::milliseconds timeout) {
+  // A small op is done within a spin: the caller then need not be woken.
+  spinUntil([this] { return finished_.load(std::memory_order_acquire); });
   std::unique_lock<std::mutex> lock(mutex_);
   auto bound = timeout == kNoTimeout ? waitBound_ : timeout;
   if (!cv_.wait_for(lock, bound, [&] { return completed_; })) {
@@ -59,12 +62,14 @@ void MonarchWork::markSuccess(int sourceRank) {
   // and expect it to run at once.
   future_->markCompleted(c10::IValue(outputs_));
   finish();
+  finished_.store(true, std::memory_order_release);
 }
 
 void MonarchWork::markFailed(const Status& status) {
   auto error = makeError(status);
   future_->setError(error);
   finish(error);
+  finished_.store(true, std::memory_order_release);
 }
 
 } // namespace monarch

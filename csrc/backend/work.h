@@ -3,6 +3,7 @@
 #include <ATen/core/ivalue.h>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <vector>
 
@@ -38,6 +39,8 @@ class MonarchWork : public c10d::Work {
   const std::chrono::milliseconds waitBound_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   int sourceRank_ = -1;
+  // Set once finish() has run: what wait() watches before it blocks.
+  std::atomic<bool> finished_{false};
 };
 
 } // namespace monarch

@@ -44,10 +44,6 @@ static_assert(kHeaderBytes % 64 == 0, "the region must start on a cache line");
 SegmentHeader& headerOf(const SharedSegment& segment) {
   return *reinterpret_cast<SegmentHeader*>(segment.data());
 }
-// How long a barrier spins before it sleeps in the kernel: enough for a
-// peer that is a round behind, short enough not to starve one that shares
-// this core.
-constexpr auto kSpin = std::chrono::microseconds(20);
 // Longest kernel sleep between checks that the group is still healthy.
 constexpr long kSleepNanos = 1000 * 1000;
 // A wait on a word yields the core after the spin, and from this long
@@ -67,9 +63,11 @@ void futexWakeAll(std::atomic<uint32_t>* word) {
   ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
-// Returns `word`'s value once ready(value) holds. Spins for kSpin, reading
-// the clock every 64 looks; past that, calls pause(value, time waited) on
-// every 64th look: it checks the group and blocks or yields a while.
+// Returns `word`'s value once ready(value) holds. Spins for
+// kSpinBeforeBlocking (enough for a peer that is a round behind, short
+// enough not to starve one that shares this core), reading the clock every
+// 64 looks; past that, calls pause(value, time waited) on every 64th look:
+// it checks the group and blocks or yields a while.
 template <typename T, typename Ready, typename Pause>
 T pollUntil(const std::atomic<T>& word, const Ready& ready, const Pause& pause) {
   const auto start = std::chrono::steady_clock::now();
@@ -83,7 +81,7 @@ T pollUntil(const std::atomic<T>& word, const Ready& ready, const Pause& pause) 
       continue;
     }
     const auto waited = std::chrono::steady_clock::now() - start;
-    if (waited < kSpin) {
+    if (waited < kSpinBeforeBlocking) {
       cpuRelax();
       continue;
     }
