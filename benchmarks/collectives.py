@@ -33,7 +33,8 @@ The physical limit is memory bandwidth. Every rank measures its memcpy rate
 (the fastest of ``copy_`` with the rank's torch threads and, on the CPU,
 glibc's ``memmove``, the streaming-store copy and the kernel's
 ``process_vm_readv``, each on one thread and split among the threads a
-rank's collectives copy on: its torch threads plus the transport's; of a
+rank's collectives copy on: its monarch threads (``--monarch-env
+MONARCH_THREADS``, else its torch threads) plus the transport's; of a
 buffer of the largest size, at least 64 MiB so it measures DRAM, median of
 several, counting bytes read plus bytes written), first
 alone, one rank after the other, then all ranks at once; the machine's
