@@ -1,6 +1,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 
 namespace monarch {
 
@@ -17,16 +18,16 @@ inline void cpuRelax() {
 // waker and the woken, so that a wait that ends within it costs neither.
 constexpr auto kSpinBeforeBlocking = std::chrono::microseconds(20);
 
-// Looks at `ready()` for up to `limit` (reading the clock every 64 looks);
-// whether it held. A hint only: the caller then waits for real.
+// Looks at `ready()` for up to kSpinBeforeBlocking (reading the clock every
+// 64 looks); whether it held. A hint only: the caller then waits for real.
 template <typename Ready>
-bool spinUntil(const Ready& ready, std::chrono::steady_clock::duration limit = kSpinBeforeBlocking) {
+bool spinUntil(const Ready& ready) {
   const auto start = std::chrono::steady_clock::now();
   for (uint32_t looks = 1;; ++looks) {
     if (ready()) {
       return true;
     }
-    if (looks % 64 == 0 && std::chrono::steady_clock::now() - start >= limit) {
+    if (looks % 64 == 0 && std::chrono::steady_clock::now() - start >= kSpinBeforeBlocking) {
       return false;
     }
     cpuRelax();
