@@ -39,7 +39,8 @@ class MonarchWork : public c10d::Work {
   const std::chrono::milliseconds waitBound_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   int sourceRank_ = -1;
-  // Set once finish() has run: what wait() watches before it blocks.
+  // Set once finish() has run: what wait() watches before it blocks
+  // (c10d::Work's completed_ is read only under its mutex).
   std::atomic<bool> finished_{false};
 };
 

@@ -63,29 +63,28 @@ void futexWakeAll(std::atomic<uint32_t>* word) {
   ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
-// Returns `word`'s value once ready(value) holds. Spins for
-// kSpinBeforeBlocking (enough for a peer that is a round behind, short
-// enough not to starve one that shares this core), reading the clock every
-// 64 looks; past that, calls pause(value, time waited) on every 64th look:
-// it checks the group and blocks or yields a while.
+// Returns `word`'s value once ready(value) holds. Spins first
+// (spinUntil: enough for a peer that is a round behind, short enough not to
+// starve one that shares this core); past that, calls pause(value, time
+// waited) on every 64th look: it checks the group and blocks or yields a
+// while.
 template <typename T, typename Ready, typename Pause>
 T pollUntil(const std::atomic<T>& word, const Ready& ready, const Pause& pause) {
   const auto start = std::chrono::steady_clock::now();
-  for (uint32_t spins = 0;; ++spins) {
-    const T seen = word.load(std::memory_order_acquire);
+  T seen{};
+  if (spinUntil([&] { return ready(seen = word.load(std::memory_order_acquire)); })) {
+    return seen;
+  }
+  for (uint32_t looks = 1;; ++looks) {
+    seen = word.load(std::memory_order_acquire);
     if (ready(seen)) {
       return seen;
     }
-    if (spins % 64 != 0) {
+    if (looks % 64 == 0) {
+      pause(seen, std::chrono::steady_clock::now() - start);
+    } else {
       cpuRelax();
-      continue;
     }
-    const auto waited = std::chrono::steady_clock::now() - start;
-    if (waited < kSpinBeforeBlocking) {
-      cpuRelax();
-      continue;
-    }
-    pause(seen, waited);
   }
 }
 
