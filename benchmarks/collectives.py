@@ -231,7 +231,7 @@ def _worker(ctx: WorkerContext, config: BenchConfig) -> Optional[dict[str, Any]]
     import torch
     import torch.distributed as dist
 
-    import torch_monarch  # noqa: F401 - registers "monarch"
+    import torch_monarch  # registers "monarch"
 
     spec = DEVICES[config.device]
     threads = config.torch_threads or max(1, (os.cpu_count() or 1) // config.world_size)
@@ -257,10 +257,11 @@ def _worker(ctx: WorkerContext, config: BenchConfig) -> Optional[dict[str, Any]]
 
     # Each rank alone, one after the other; then every rank at once, as
     # they run the ops. On the CPU a rank's collectives copy on its monarch
-    # threads (Options.threads: MONARCH_THREADS, else its torch threads) and
-    # on the transport's thread.
+    # threads (Options.threads, resolved as the backend does: MONARCH_THREADS,
+    # else its torch threads) and on the transport's thread.
     memcpy_bytes = max(max(config.sizes), MEMCPY_MIN_BYTES)
-    monarch_threads = int(config.monarch_env.get("MONARCH_THREADS", threads))
+    options_threads = torch_monarch.Options().with_env_overrides().threads
+    monarch_threads = options_threads if options_threads is not None else threads
     copy_threads = monarch_threads + 1 if session.device.type == "cpu" else 1
     alone = float("nan")
     for rank in range(ctx.world_size):
