@@ -2,7 +2,9 @@
 
 ``time_ops`` times N back-to-back asynchronous ops plus the final waits with
 ``time.perf_counter`` and returns the slowest rank's elapsed time, so that one
-measurement is what the whole group took.
+measurement is what the whole group took. ``time_each_op`` times the same N
+ops waited on one at a time: an op's latency, which back-to-back ops hide
+behind the issuing of the next ones.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-__all__ = ["max_across_ranks", "time_ops"]
+__all__ = ["max_across_ranks", "time_each_op", "time_ops"]
 
 
 def max_across_ranks(value: float, group: Any) -> float:
@@ -39,5 +41,22 @@ def time_ops(issue: Callable[[], Any], iterations: int, control_group: Any, sync
     for work in works:
         work.wait()
     sync()
+    elapsed = time.perf_counter() - start
+    return max_across_ranks(elapsed, control_group) / iterations
+
+
+def time_each_op(issue: Callable[[], Any], iterations: int, control_group: Any, sync: Callable[[], None]) -> float:
+    """Seconds per op: ``iterations`` ops, each waited on (and ``sync()``) before the next is issued.
+
+    What a caller that needs each result at once (a loss, a gradient norm)
+    waits; the slowest rank's time divided by ``iterations``, as ``time_ops``.
+    """
+    import torch.distributed as dist
+
+    dist.barrier(group=control_group)
+    start = time.perf_counter()
+    for _ in range(iterations):
+        issue().wait()
+        sync()
     elapsed = time.perf_counter() - start
     return max_across_ranks(elapsed, control_group) / iterations

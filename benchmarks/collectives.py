@@ -27,7 +27,10 @@ measurement lasts about ``--target-ms`` (the same count for both), then run
 ``--rounds`` rounds, each timing monarch and the peer back to back (the order
 alternates between rounds). A measurement is ``time.perf_counter`` around N
 back-to-back async ops and their waits, maximised over the ranks; the table
-reports the median over rounds.
+reports the median over rounds. Up to ``LATENCY_MAX_BYTES`` each round also
+times the same N ops waited on one at a time ("latency"): back to back, the
+issuing of the next ops hides an op's latency, and the time per op is the
+larger of the two (for a 4 KB op mostly torch's Python and dispatcher).
 
 The physical limit is memory bandwidth. Every rank measures its memcpy rate
 (the fastest of ``copy_`` with the rank's torch threads and, on the CPU,
@@ -79,7 +82,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from _harness import WorkerContext, run_workers_ok
 from _ops import OPS, element_count
-from _timing import time_ops
+from _timing import time_each_op, time_ops
 
 __all__ = ["BenchConfig", "Row", "main"]
 
@@ -90,6 +93,9 @@ GIB = 1024 * MIB
 DEFAULT_SIZES = [4 * KIB * 4**i for i in range(9)]  # 4K .. 256M, powers of 4
 QUICK_SIZES = [4 * KIB, 64 * KIB, 1 * MIB, 16 * MIB]
 MEMCPY_MIN_BYTES = 64 * MIB
+# Sizes whose latency (ops waited on one at a time) is also measured; above
+# it an op takes as long either way.
+LATENCY_MAX_BYTES = 1 * MIB
 MONARCH = "monarch"
 
 
@@ -179,6 +185,9 @@ class Row:
     of_bound: float
     monarch_rounds_us: list[float]
     peer_rounds_us: list[float]
+    # Medians of ops waited on one at a time, up to LATENCY_MAX_BYTES; else None.
+    monarch_latency_us: Optional[float] = None
+    peer_latency_us: Optional[float] = None
 
 
 @dataclass
@@ -461,10 +470,13 @@ def _measure(session: _Session, op_name: str, size: int) -> Row:
     iterations = min(config.max_iters, max(config.min_iters, math.ceil(config.target_ms / 1e3 / max(per_op))))
 
     samples: dict[str, list[float]] = {backend: [] for backend in issuers}
+    latencies: dict[str, list[float]] = {backend: [] for backend in issuers}
     order = list(issuers)
     for round_index in range(config.rounds):
         for backend in order if round_index % 2 == 0 else reversed(order):
             samples[backend].append(time_ops(issuers[backend], iterations, control, spec.sync))
+            if size <= LATENCY_MAX_BYTES:
+                latencies[backend].append(time_each_op(issuers[backend], iterations, control, spec.sync))
 
     peer = session.peer
     monarch_s = statistics.median(samples[MONARCH])
@@ -485,7 +497,13 @@ def _measure(session: _Session, op_name: str, size: int) -> Row:
         of_bound=bound_s / monarch_s,
         monarch_rounds_us=[round(t * 1e6, 2) for t in samples[MONARCH]],
         peer_rounds_us=[round(t * 1e6, 2) for t in samples[peer]],
+        monarch_latency_us=_median_us(latencies[MONARCH]),
+        peer_latency_us=_median_us(latencies[peer]),
     )
+
+
+def _median_us(seconds: list[float]) -> Optional[float]:
+    return statistics.median(seconds) * 1e6 if seconds else None
 
 
 def _progress(rank: int, line: str) -> None:
@@ -503,8 +521,18 @@ def _format_size(nbytes: int) -> str:
     return f"{nbytes}B"
 
 
-_COLUMNS = ("op", "size", "monarch us", "{peer} us", "algbw GB/s", "busbw GB/s", "speedup", "of bound")
-_WIDTHS = (15, 6, 12, 12, 11, 11, 8, 10)
+_COLUMNS = (
+    "op",
+    "size",
+    "monarch us",
+    "{peer} us",
+    "algbw GB/s",
+    "busbw GB/s",
+    "speedup",
+    "of bound",
+    "latency us monarch/{peer}",
+)
+_WIDTHS = (15, 6, 12, 12, 11, 11, 8, 10, 26)
 
 
 def _format_header(peer: str) -> str:
@@ -522,8 +550,15 @@ def _format_row(row: Row, peer: str) -> str:
         f"{row.busbw_gbps:.3f}",
         f"{row.speedup:.2f}x",
         f"{row.of_bound * 100:.1f}%",
+        _format_latency(row),
     ]
     return "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, _WIDTHS)))
+
+
+def _format_latency(row: Row) -> str:
+    if row.monarch_latency_us is None or row.peer_latency_us is None:
+        return "-"
+    return f"{row.monarch_latency_us:.1f} / {row.peer_latency_us:.1f}"
 
 
 def format_report(report: Report, config: BenchConfig) -> str:
@@ -539,7 +574,8 @@ def format_report(report: Report, config: BenchConfig) -> str:
         + ", ".join(f"{_format_size(size)} {rate:.1f} GB/s" for size, rate in report.memcpy_aggregate_gbps_by_size.items()),
         f"# correctness check: {report.check}",
         f"# speedup = {report.peer} time / monarch time (> 1: monarch faster); "
-        f"of bound = memory-model bytes / aggregate memcpy rate at the op's size / monarch time",
+        f"of bound = memory-model bytes / aggregate memcpy rate at the op's size / monarch time; "
+        f"latency = time per op waited on one at a time (up to {_format_size(LATENCY_MAX_BYTES)})",
         _format_header(report.peer),
     ]
     lines += [_format_row(row, report.peer) for row in report.rows]

@@ -43,3 +43,5 @@ def test_collectives_benchmark_checks_and_measures_every_op() -> None:
     for row in rows.values():
         assert row["monarch_us"] > 0 and row["peer_us"] > 0, row
         assert 0 < row["of_bound"], row
+        # Both sizes are small enough for the ops' latency (waited on one at a time) to be measured too.
+        assert row["monarch_latency_us"] > 0 and row["peer_latency_us"] > 0, row
