@@ -1,4 +1,5 @@
-"""benchmarks/collectives.py still runs: every op at a small and a shared-memory size, world 2.
+"""benchmarks/collectives.py still runs: every op at a small and a shared-memory size, world 2;
+benchmarks/collectives_table.py turns runs into RESULTS.md's tables.
 
 A smoke run only (one round, two iterations): it checks that the benchmark
 agrees with Gloo on every op's result, measures both backends and reports the
@@ -10,6 +11,8 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
+from typing import Any, Optional
 
 import pytest
 
@@ -21,7 +24,12 @@ OPS = ["allreduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "gath
 SIZES = [4096, 262144]  # a latency-bound size and one of several tiles per round
 
 
-def test_collectives_benchmark_checks_and_measures_every_op() -> None:
+def _run_table(*paths: Path) -> Any:
+    command = [sys.executable, str(REPO_ROOT / "benchmarks" / "collectives_table.py"), *map(str, paths)]
+    return run_bounded(command, 60, repo_env())
+
+
+def test_collectives_benchmark_checks_and_measures_every_op(tmp_path: Path) -> None:
     command = [sys.executable, str(REPO_ROOT / "benchmarks" / "collectives.py"), "--world-size", "2",
                "--ops", ",".join(OPS), "--sizes", ",".join(str(s) for s in SIZES), "--rounds", "1", "--warmup", "1",
                "--min-iters", "1", "--max-iters", "2", "--check-size", "64K", "--torch-threads", "1",
@@ -45,3 +53,51 @@ def test_collectives_benchmark_checks_and_measures_every_op() -> None:
         assert 0 < row["of_bound"], row
         # Both sizes are small enough for the ops' latency (waited on one at a time) to be measured too.
         assert row["monarch_latency_us"] > 0 and row["peer_latency_us"] > 0, row
+    # The run makes a table: one row per op, one speedup per size.
+    run = tmp_path / "run.txt"
+    run.write_text(result.stdout)
+    table = _run_table(run)
+    assert table.returncode == 0, table.stdout
+    rows = [line for line in table.stdout.splitlines() if line.startswith("| 2 | ")]
+    assert [line.split(" | ")[1] for line in rows] == OPS, table.stdout
+    assert all(line.split(" | ")[2].count("x") == len(SIZES) for line in rows), table.stdout
+
+
+def _synthetic_run(path: Path, torch_threads: int, speedup: float, latency_us: Optional[float]) -> Path:
+    """A run's stdout as collectives.py prints it, with one op at 4 KB and 16 MB."""
+    rows = [
+        {"op": "allreduce", "size_bytes": size, "speedup": speedup, "monarch_us": 10.0 * speedup,
+         "peer_us": 100.0, "monarch_latency_us": latency_us if size == 4096 else None,
+         "peer_latency_us": 200.0 if size == 4096 and latency_us else None, "of_bound": speedup / 10,
+         "busbw_gbps": speedup}
+        for size in (4096, 16 << 20)
+    ]  # fmt: skip
+    report = {"peer": "gloo", "world_size": 2, "torch_threads": torch_threads or 8,
+              "config": {"torch_threads": torch_threads}, "rows": rows}  # fmt: skip
+    path.write_text("# table lines\nJSON " + json.dumps(report) + "\n")
+    return path
+
+
+def test_collectives_table_cells_are_medians_of_the_runs(tmp_path: Path) -> None:
+    # Three runs whose means differ from their medians.
+    runs = [
+        _synthetic_run(tmp_path / f"t1_{i}.txt", 1, speedup, latency)
+        for i, (speedup, latency) in enumerate(((1.0, 30.0), (4.0, 50.0), (2.0, 31.0)))
+    ]
+    runs.append(_synthetic_run(tmp_path / "default.txt", 0, 5.0, None))
+    table = _run_table(*runs)
+    assert table.returncode == 0, table.stdout
+    one_thread, default = table.stdout.split("the default torch threads per rank")
+    # Medians: speedup 2.0 at both sizes, 4 KB times 20 / 100 us, latency 31 / 200 us, 20% of the bound.
+    assert "| 2 | allreduce | 2.00x / 2.00x | 20.0 / 100.0 | 31.0 / 200.0 | 20% | 2.00 |" in one_thread, table.stdout
+    assert "(runs per cell: world 2: 3)" in one_thread
+    # A run without latencies says so rather than inventing them.
+    assert "| 2 | allreduce | 5.00x / 5.00x | 50.0 / 100.0 | - | 50% | 5.00 |" in default, table.stdout
+
+
+def test_collectives_table_names_a_file_that_is_no_run(tmp_path: Path) -> None:
+    stray = tmp_path / "notes.txt"
+    stray.write_text("no report here\n")
+    table = _run_table(stray)
+    assert table.returncode == 2
+    assert "notes.txt: no 'JSON ' line" in table.stdout
