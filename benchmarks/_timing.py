@@ -25,6 +25,17 @@ def max_across_ranks(value: float, group: Any) -> float:
     return float(t.item())
 
 
+def _seconds_per_op(run: Callable[[], None], iterations: int, control_group: Any) -> float:
+    """``run()`` timed from a barrier on ``control_group``: the slowest rank's time over ``iterations``."""
+    import torch.distributed as dist
+
+    dist.barrier(group=control_group)
+    start = time.perf_counter()
+    run()
+    elapsed = time.perf_counter() - start
+    return max_across_ranks(elapsed, control_group) / iterations
+
+
 def time_ops(issue: Callable[[], Any], iterations: int, control_group: Any, sync: Callable[[], None]) -> float:
     """Seconds per op: ``iterations`` back-to-back ``issue()`` calls and their waits.
 
@@ -33,30 +44,26 @@ def time_ops(issue: Callable[[], Any], iterations: int, control_group: Any, sync
     has completed and ``sync()`` (e.g. a device synchronize) returned, and the
     result is the slowest rank's time divided by ``iterations``.
     """
-    import torch.distributed as dist
 
-    dist.barrier(group=control_group)
-    start = time.perf_counter()
-    works = [issue() for _ in range(iterations)]
-    for work in works:
-        work.wait()
-    sync()
-    elapsed = time.perf_counter() - start
-    return max_across_ranks(elapsed, control_group) / iterations
+    def run() -> None:
+        works = [issue() for _ in range(iterations)]
+        for work in works:
+            work.wait()
+        sync()
+
+    return _seconds_per_op(run, iterations, control_group)
 
 
 def time_each_op(issue: Callable[[], Any], iterations: int, control_group: Any, sync: Callable[[], None]) -> float:
     """Seconds per op: ``iterations`` ops, each waited on (and ``sync()``) before the next is issued.
 
     What a caller that needs each result at once (a loss, a gradient norm)
-    waits; the slowest rank's time divided by ``iterations``, as ``time_ops``.
+    waits; timed as ``time_ops``.
     """
-    import torch.distributed as dist
 
-    dist.barrier(group=control_group)
-    start = time.perf_counter()
-    for _ in range(iterations):
-        issue().wait()
-        sync()
-    elapsed = time.perf_counter() - start
-    return max_across_ranks(elapsed, control_group) / iterations
+    def run() -> None:
+        for _ in range(iterations):
+            issue().wait()
+            sync()
+
+    return _seconds_per_op(run, iterations, control_group)

@@ -84,7 +84,7 @@ from _harness import WorkerContext, run_workers_ok
 from _ops import OPS, element_count
 from _timing import time_each_op, time_ops
 
-__all__ = ["BenchConfig", "Row", "main"]
+__all__ = ["BenchConfig", "Row", "format_size", "main"]
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -514,7 +514,8 @@ def _progress(rank: int, line: str) -> None:
 # ----------------------------------------------------------------------------- output
 
 
-def _format_size(nbytes: int) -> str:
+def format_size(nbytes: int) -> str:
+    """A byte count as the tables print it: 4K, 16M, 1G, or bytes."""
     for unit, scale in (("G", GIB), ("M", MIB), ("K", KIB)):
         if nbytes >= scale and nbytes % scale == 0:
             return f"{nbytes // scale}{unit}"
@@ -543,7 +544,7 @@ def _format_header(peer: str) -> str:
 def _format_row(row: Row, peer: str) -> str:
     cells = [
         row.op,
-        _format_size(row.size_bytes),
+        format_size(row.size_bytes),
         f"{row.monarch_us:.1f}",
         f"{row.peer_us:.1f}",
         f"{row.algbw_gbps:.3f}",
@@ -568,14 +569,14 @@ def format_report(report: Report, config: BenchConfig) -> str:
         f"peer={report.peer} torch_threads/rank={report.torch_threads} host_cpus={os.cpu_count()} "
         f"monarch_env={env}",
         f"# memcpy read+write (the fastest of copy_ at {report.torch_threads} torch thread(s), memmove, streaming stores and "
-        f"process_vm_readv on 1 or {report.memcpy_threads} thread(s), {_format_size(report.memcpy_bytes)} per rank): {report.memcpy_alone_gbps:.2f} GB/s a rank alone, {report.memcpy_gbps:.2f} GB/s per rank "
+        f"process_vm_readv on 1 or {report.memcpy_threads} thread(s), {format_size(report.memcpy_bytes)} per rank): {report.memcpy_alone_gbps:.2f} GB/s a rank alone, {report.memcpy_gbps:.2f} GB/s per rank "
         f"all at once (medians), {report.memcpy_aggregate_gbps:.2f} GB/s together",
         "# memcpy together at each size (the bound of its ops): "
-        + ", ".join(f"{_format_size(size)} {rate:.1f} GB/s" for size, rate in report.memcpy_aggregate_gbps_by_size.items()),
+        + ", ".join(f"{format_size(size)} {rate:.1f} GB/s" for size, rate in report.memcpy_aggregate_gbps_by_size.items()),
         f"# correctness check: {report.check}",
         f"# speedup = {report.peer} time / monarch time (> 1: monarch faster); "
         f"of bound = memory-model bytes / aggregate memcpy rate at the op's size / monarch time; "
-        f"latency = time per op waited on one at a time (up to {_format_size(LATENCY_MAX_BYTES)})",
+        f"latency = time per op waited on one at a time (up to {format_size(LATENCY_MAX_BYTES)})",
         _format_header(report.peer),
     ]
     lines += [_format_row(row, report.peer) for row in report.rows]
@@ -591,7 +592,7 @@ def _overhead_line(report: Report) -> str:
         if row.op not in smallest or row.size_bytes < smallest[row.op].size_bytes:
             smallest[row.op] = row
     parts = [
-        f"{op} {row.monarch_us - row.peer_us:+.1f} us ({_format_size(row.size_bytes)})" for op, row in smallest.items()
+        f"{op} {row.monarch_us - row.peer_us:+.1f} us ({format_size(row.size_bytes)})" for op, row in smallest.items()
     ]
     return f"# per-op overhead, monarch - {report.peer} at the smallest size: " + ", ".join(parts)
 

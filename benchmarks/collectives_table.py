@@ -23,6 +23,8 @@ import sys
 from collections import defaultdict
 from typing import Any, Optional, Sequence
 
+from collectives import format_size
+
 __all__ = ["format_tables", "load_report", "main"]
 
 # Sizes from which a table reports the fraction of the bound and the busbw.
@@ -40,13 +42,6 @@ def load_report(path: str) -> Report:
                 report: Report = json.loads(line[len("JSON ") :])
                 return report
     raise ValueError(f"{path}: no 'JSON ' line; is it the stdout of benchmarks/collectives.py?")
-
-
-def _size(nbytes: int) -> str:
-    for unit, scale in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
-        if nbytes >= scale and nbytes % scale == 0:
-            return f"{nbytes // scale}{unit}"
-    return f"{nbytes}B"
 
 
 def _median(rows: list[Row], key: str) -> Optional[float]:
@@ -77,12 +72,12 @@ def _table(reports: list[Report]) -> list[str]:
     head = [
         "world",
         "op",
-        "speedup " + " / ".join(_size(size) for size in sizes),
-        f"{_size(small)} us monarch / {peer}",
-        f"{_size(small)} latency us monarch / {peer}",
+        "speedup " + " / ".join(format_size(size) for size in sizes),
+        f"{format_size(small)} us monarch / {peer}",
+        f"{format_size(small)} latency us monarch / {peer}",
     ]
     if large:
-        sizes_label = " / ".join(_size(size) for size in large)
+        sizes_label = " / ".join(format_size(size) for size in large)
         head += [f"of bound {sizes_label}", f"busbw {sizes_label} GB/s"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for world in sorted(runs):
