@@ -36,8 +36,9 @@ The physical limit is memory bandwidth. Every rank measures its memcpy rate
 (the fastest of ``copy_`` with the rank's torch threads and, on the CPU,
 glibc's ``memmove``, the streaming-store copy and the kernel's
 ``process_vm_readv``, each on one thread and split among the threads a
-rank's collectives copy on: its monarch threads (``--monarch-env
-MONARCH_THREADS``, else its torch threads) plus the transport's; of a
+rank's collectives copy on: its monarch group's threads (its ``threads``:
+``--monarch-env MONARCH_THREADS``, else the backend's default) plus the
+transport's; of a
 buffer of the largest size, at least 64 MiB so it measures DRAM, median of
 several, counting bytes read plus bytes written), first
 alone, one rank after the other, then all ranks at once; the machine's
@@ -266,12 +267,11 @@ def _worker(ctx: WorkerContext, config: BenchConfig) -> Optional[dict[str, Any]]
 
     # Each rank alone, one after the other; then every rank at once, as
     # they run the ops. On the CPU a rank's collectives copy on its monarch
-    # threads (Options.threads, resolved as the backend does: MONARCH_THREADS,
-    # else its torch threads) and on the transport's thread.
+    # group's threads (as many as the group took) and on the transport's thread.
     memcpy_bytes = max(max(config.sizes), MEMCPY_MIN_BYTES)
-    options_threads = torch_monarch.Options().with_env_overrides().threads
-    monarch_threads = options_threads if options_threads is not None else threads
-    copy_threads = monarch_threads + 1 if session.device.type == "cpu" else 1
+    copy_threads = 1
+    if session.device.type == "cpu":
+        copy_threads = torch_monarch.backend_of(session.groups[MONARCH]).threads + 1
     alone = float("nan")
     for rank in range(ctx.world_size):
         dist.barrier(group=session.control)

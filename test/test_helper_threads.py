@@ -1,7 +1,8 @@
 """Helper threads for large reductions: a group reduces on Options.threads
 threads (the worker plus threads - 1 helpers), by default torch's own thread
-count, started at the first large reduction, and the result is
-bit-identical to a single-threaded reduction.
+count and at least two where the host has two CPUs per rank of the group on
+it, started at the first large reduction, and the result is bit-identical
+to a single-threaded reduction.
 """
 
 from __future__ import annotations
@@ -47,11 +48,27 @@ def helper_threads_worker(ctx: WorkerContext) -> tuple[int, list[str]]:
     check.true("threads=1 starts no helper", started == 0, f"{started} threads")
     started = _helpers_started(triple, large)
     check.true("threads=3 starts 2 helpers at the first large reduction", started == 2, f"{started} threads")
+    check.true("threads=3 is what the group reports", torch_monarch.backend_of(triple).threads == 3)
     torch.set_num_threads(2)
     default, _ = _new_group(torch_monarch.Options())
     torch.set_num_threads(1)
     started = _helpers_started(default, large)
     check.true("the default follows torch.get_num_threads()", started == 1, f"{started} threads")
+
+    # At one torch thread: a second thread where this process's CPUs number
+    # two per rank of the group on its host. Every rank here shares one
+    # machine; posing each as a host of its own leaves one rank per host.
+    cpus = len(os.sched_getaffinity(0))
+    for name, options, ranks_on_host in (
+        ("one host", torch_monarch.Options(), ctx.world_size),
+        ("a host per rank", torch_monarch.Options(host_name=f"host{ctx.rank}"), 1),
+    ):
+        group, _ = _new_group(options)
+        expected = 2 if cpus >= 2 * ranks_on_host else 1
+        took = torch_monarch.backend_of(group).threads
+        check.true(f"one torch thread, {name}: {expected} threads on {cpus} CPUs", took == expected, f"took {took}")
+        started = _helpers_started(group, large)
+        check.true(f"one torch thread, {name}: {expected - 1} helpers start", started == expected - 1, f"{started}")
 
     world = ctx.world_size
     for dtype in (torch.float32, torch.bfloat16, torch.int64):
@@ -76,4 +93,4 @@ def helper_threads_worker(ctx: WorkerContext) -> tuple[int, list[str]]:
 
 
 def test_helper_threads_follow_options_and_match_single_thread() -> None:
-    assert_all_passed(run_workers_ok(helper_threads_worker, 2), min_checks=16)
+    assert_all_passed(run_workers_ok(helper_threads_worker, 2), min_checks=20)

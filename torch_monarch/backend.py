@@ -46,9 +46,6 @@ def new_backend(
     resolved = dataclasses.replace(
         resolved,
         timeout=resolved.timeout if resolved.timeout is not None else timeout,
-        # As many threads as torch gives an op of this process, so that monarch
-        # never oversubscribes what the launcher set (torchrun: OMP_NUM_THREADS).
-        threads=resolved.threads if resolved.threads is not None else torch.get_num_threads(),
         enable_reconfigure=resolved.enable_reconfigure or enable_reconfigure,
         # The replicas of one TorchFT job share their Lighthouse.
         job=resolved.job or os.environ.get("TORCHFT_LIGHTHOUSE", ""),

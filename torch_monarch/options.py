@@ -82,10 +82,14 @@ class Options(Config):
             each way). 0 always takes the ring.
         threads: threads that reduce and copy large messages, the group's
             worker included (the helpers start at the first op large
-            enough to use them);
-            ``None`` takes ``torch.get_num_threads()`` when the group is
-            created, so that monarch uses what torch was given and never
-            oversubscribes the host.
+            enough to use them). ``None`` takes ``torch.get_num_threads()``
+            when the group forms, and at least 2 where the CPUs this process
+            may run on number at least two for each of the group's ranks on
+            its host: one thread's copy is bound by its core, not by memory,
+            so at torchrun's one thread per rank a second one moves large
+            messages up to twice as fast, and a host with fewer cores than
+            that is not oversubscribed. The backend's ``threads`` property
+            says what a group took.
         host_name: the host this process counts as. Empty: the machine it
             runs on. Ranks on one host share memory for large payloads, and
             allreduce across several hosts first reduces within each host.

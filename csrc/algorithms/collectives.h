@@ -27,9 +27,8 @@ struct AlgorithmConfig {
   // Messages of at least this size among ranks on one host go through
   // shared memory (shared_memory.h).
   size_t shmMinBytes = 0;
-  // Threads that reduce and copy large messages, the group's worker included.
-  int threads = 0;
-  // Those threads but the worker, owned by the group (null: none).
+  // The group's threads that reduce and copy large messages, its worker
+  // included (null: the worker alone).
   HelperPool* helpers = nullptr;
 };
 

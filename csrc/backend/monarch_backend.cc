@@ -4,6 +4,9 @@
 
 #include "backend/monarch_backend.h"
 
+#include <ATen/Parallel.h>
+#include <sched.h>
+
 #include <algorithm>
 
 #include "backend/store_adapter.h"
@@ -20,6 +23,29 @@ namespace {
 
 // The backend whose worker runs on this thread, if any.
 thread_local const MonarchBackend* workerOf = nullptr;
+
+// Ranks of `membership` on `host` (this rank's), this one included.
+int ranksOnHost(const MonarchBackend::Membership& membership, uint64_t host) {
+  return 1 + static_cast<int>(std::count_if(
+                 membership.connections.begin(), membership.connections.end(),
+                 [host](const auto& connection) { return connection && connection->peer().hostId == host; }));
+}
+
+// The group's threads where Options.threads is None: the process's torch
+// threads, and at least two where the cores this process may run on number
+// two for each of the group's ranks on the host. One thread's copy is bound
+// by its core's outstanding misses, not by memory: at one torch thread per
+// rank on a 16-core host, a second thread made 64 MB allreduce,
+// reduce-scatter and allgather 1.4-2x faster at worlds 2-8
+// (benchmarks/RESULTS.md); Gloo runs two threads per group as well.
+int poolThreads(const std::optional<int>& setting, int ranksOnHost) {
+  if (setting) {
+    return *setting;
+  }
+  cpu_set_t cpus;
+  const int cores = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+  return std::max(at::get_num_threads(), cores >= 2 * ranksOnHost ? 2 : 1);
+}
 
 } // namespace
 
@@ -70,14 +96,20 @@ MonarchBackend::MonarchBackend(Membership membership, BackendOptions options)
       signal_(std::make_shared<CompletionSignal>()),
       timeoutMs_(options_.timeout.count()) {
   fabric_->acquire();
-  helpers_ = std::make_unique<HelperPool>(options_.algorithms.threads);
-  options_.algorithms.helpers = helpers_.get(); // not the parent's, for derived groups
   attach(std::move(membership));
   device_.attachHost(this);
   init();
 }
 
 void MonarchBackend::attach(Membership membership) {
+  // No op runs (the membership before has retired): the pool can follow the
+  // ranks on this host.
+  const int threads = poolThreads(options_.threads, ranksOnHost(membership, fabric_->hostId()));
+  if (!helpers_ || helpers_->threads() != threads) {
+    helpers_ = std::make_unique<HelperPool>(threads);
+    options_.algorithms.helpers = helpers_.get(); // not the parent's, for derived groups
+    threads_ = threads;
+  }
   auto links = std::make_shared<GroupLinks>(
       membership.rank, fabric_->hostId(), fabric_->endpointId(), options_.transport.sharesHostMemory() ? options_.shmSegmentBytes : 0,
       std::move(membership.connections), fabric_->channels().get(membership.channelId), signal_,

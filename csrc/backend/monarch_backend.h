@@ -107,6 +107,11 @@ class MonarchBackend : public c10d::Backend {
   std::string deviceBackendName() {
     return device_.backendName();
   }
+  // Threads that reduce and copy this group's large messages, its worker
+  // included (Options.threads, else the default of attach()).
+  int threads() const {
+    return threads_.load();
+  }
   // Connections this group holds (for tests: shrinking opens none).
   size_t connectionCount() const;
   // Channels registered on this group's endpoint (for tests: reconfigures,
@@ -228,6 +233,7 @@ class MonarchBackend : public c10d::Backend {
   bool stopping_ = false;
   // Helps the worker reduce large messages (AlgorithmConfig::helpers).
   std::unique_ptr<HelperPool> helpers_;
+  std::atomic<int> threads_{1}; // helpers_->threads(), for readers on other threads
   std::thread worker_;
   // Ops on CUDA tensors go to the group's NCCL/RCCL backend (csrc/gpu/).
   DeviceDispatch device_;

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <chrono>
+#include <optional>
 #include <string>
 
 #include "algorithms/collectives.h"
@@ -9,8 +10,8 @@
 namespace monarch {
 
 // Backend settings: torch_monarch.Options as it crosses the binding, resolved
-// in Python (MONARCH_* overrides applied, no field left None). options.py owns
-// every default: nothing here has one of its own. Members keep the Options
+// in Python (MONARCH_* overrides applied, no field but `threads` left None).
+// options.py owns every other default. Members keep the Options
 // field names in camelCase; forEachField is the one list that pairs them, so
 // a new option is a field in options.py, a member and a line here, and the
 // code that uses it.
@@ -28,6 +29,11 @@ struct BackendOptions {
   // c10d's reconfigure regime (torch >= 2.14; MonarchBackend::createReconfigurable).
   bool enableReconfigure = false;
   std::string job; // whose handles a reconfigurable group takes; empty: its creators
+  // Threads of the group's pool (AlgorithmConfig::helpers), the worker
+  // included. Unset: the backend picks once it knows how many of the group's
+  // ranks share this host (MonarchBackend::attach), the one default not
+  // resolved in options.py.
+  std::optional<int> threads;
   AlgorithmConfig algorithms;
 
   // The endpoint these settings ask for.
@@ -43,7 +49,7 @@ struct BackendOptions {
     visit("small_message_bytes", algorithms.smallMessageBytes);
     visit("chunk_bytes", algorithms.chunkBytes);
     visit("direct_max_ranks", algorithms.directMaxRanks);
-    visit("threads", algorithms.threads);
+    visit("threads", threads);
     visit("host_name", hostName);
     visit("shm_min_bytes", algorithms.shmMinBytes);
     visit("shm_segment_bytes", shmSegmentBytes);

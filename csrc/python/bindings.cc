@@ -157,6 +157,9 @@ PYBIND11_MODULE(_C, module) {
       .def(
           "device_backend_name", &MonarchBackend::deviceBackendName,
           "The backend of this group's CUDA tensors: 'monarch-NCCL' or 'monarch-host-staged'; '' before the first.")
+      .def_property_readonly(
+          "threads", &MonarchBackend::threads,
+          "Threads that reduce and copy the group's large messages, its worker included.")
       .def("connection_count", &MonarchBackend::connectionCount)
       .def(
           "channel_count", &MonarchBackend::channelCount,
