@@ -31,20 +31,20 @@ int ranksOnHost(const MonarchBackend::Membership& membership, uint64_t host) {
                  [host](const auto& connection) { return connection && connection->peer().hostId == host; }));
 }
 
-// The group's threads where Options.threads is None: the process's torch
-// threads, and at least two where the cores this process may run on number
-// two for each of the group's ranks on the host. One thread's copy is bound
-// by its core's outstanding misses, not by memory: at one torch thread per
-// rank on a 16-core host, a second thread made 64 MB allreduce,
-// reduce-scatter and allgather 1.4-2x faster at worlds 2-8
+// The group's threads where Options.threads is None: `torchThreads`, and at
+// least two where the cores this process may run on number two for each of
+// the group's ranks on the host. One thread's copy is bound by its core's
+// outstanding misses, not by memory: at one torch thread per rank on a
+// 16-core host, a second thread made 16 and 64 MB allreduce, reduce-scatter
+// and allgather 1.2-2.3x faster at worlds 2-8 in most cells
 // (benchmarks/RESULTS.md); Gloo runs two threads per group as well.
-int poolThreads(const std::optional<int>& setting, int ranksOnHost) {
+int poolThreads(const std::optional<int>& setting, int torchThreads, int ranksOnHost) {
   if (setting) {
     return *setting;
   }
   cpu_set_t cpus;
   const int cores = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-  return std::max(at::get_num_threads(), cores >= 2 * ranksOnHost ? 2 : 1);
+  return std::max(torchThreads, cores >= 2 * ranksOnHost ? 2 : 1);
 }
 
 } // namespace
@@ -94,7 +94,10 @@ MonarchBackend::MonarchBackend(Membership membership, BackendOptions options)
       options_(std::move(options)),
       fabric_(std::move(membership.fabric)),
       signal_(std::make_shared<CompletionSignal>()),
-      timeoutMs_(options_.timeout.count()) {
+      timeoutMs_(options_.timeout.count()),
+      // Read on the creating thread: with OpenMP, torch.set_num_threads()
+      // sets the calling thread's count only.
+      torchThreads_(at::get_num_threads()) {
   fabric_->acquire();
   attach(std::move(membership));
   device_.attachHost(this);
@@ -104,7 +107,7 @@ MonarchBackend::MonarchBackend(Membership membership, BackendOptions options)
 void MonarchBackend::attach(Membership membership) {
   // No op runs (the membership before has retired): the pool can follow the
   // ranks on this host.
-  const int threads = poolThreads(options_.threads, ranksOnHost(membership, fabric_->hostId()));
+  const int threads = poolThreads(options_.threads, torchThreads_, ranksOnHost(membership, fabric_->hostId()));
   if (!helpers_ || helpers_->threads() != threads) {
     helpers_ = std::make_unique<HelperPool>(threads);
     options_.algorithms.helpers = helpers_.get(); // not the parent's, for derived groups

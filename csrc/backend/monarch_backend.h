@@ -234,6 +234,7 @@ class MonarchBackend : public c10d::Backend {
   // Helps the worker reduce large messages (AlgorithmConfig::helpers).
   std::unique_ptr<HelperPool> helpers_;
   std::atomic<int> threads_{1}; // helpers_->threads(), for readers on other threads
+  const int torchThreads_; // torch's threads when the group was created
   std::thread worker_;
   // Ops on CUDA tensors go to the group's NCCL/RCCL backend (csrc/gpu/).
   DeviceDispatch device_;
