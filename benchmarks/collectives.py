@@ -69,6 +69,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import functools
 import json
 import math
 import os
@@ -210,6 +211,9 @@ class Report:
     memcpy_threads: int
     check: str
     rows: list[Row]
+    # The share of the host's CPU time its hypervisor gave to others during the
+    # run (/proc/stat's steal); None where unknown.
+    host_steal_fraction: Optional[float] = None
 
 
 # ----------------------------------------------------------------------------- rank side
@@ -459,7 +463,7 @@ def _measure(session: _Session, op_name: str, size: int) -> Row:
     numel = element_count(size, session.dtype, config.world_size)
     buffers = op.buffers(numel, config.world_size, session.dtype, session.device, fill="zeros")
     nbytes = numel * buffers.input.element_size()
-    issuers = {backend: (lambda g=group: op.start(buffers, g)) for backend, group in session.groups.items()}
+    issuers = {backend: functools.partial(op.start, buffers, group) for backend, group in session.groups.items()}
 
     for issue in issuers.values():
         for _ in range(config.warmup):
@@ -574,6 +578,8 @@ def format_report(report: Report, config: BenchConfig) -> str:
         "# memcpy together at each size (the bound of its ops): "
         + ", ".join(f"{format_size(size)} {rate:.1f} GB/s" for size, rate in report.memcpy_aggregate_gbps_by_size.items()),
         f"# correctness check: {report.check}",
+        "# host steal (its CPU time the hypervisor gave to others during the run, /proc/stat): "
+        + ("unknown" if report.host_steal_fraction is None else f"{report.host_steal_fraction * 100:.1f}%"),
         f"# speedup = {report.peer} time / monarch time (> 1: monarch faster); "
         f"of bound = memory-model bytes / aggregate memcpy rate at the op's size / monarch time; "
         f"latency = time per op waited on one at a time (up to {format_size(LATENCY_MAX_BYTES)})",
@@ -740,13 +746,40 @@ def _config_from_args(args: argparse.Namespace) -> BenchConfig:
     )
 
 
+def cpu_times(stat: str = "/proc/stat") -> Optional[list[int]]:
+    """The host's CPU time by kind (/proc/stat's ``cpu`` line, in ticks); None where unreadable."""
+    try:
+        with open(stat) as lines:
+            fields = lines.readline().split()
+    except OSError:
+        return None
+    if len(fields) < 9 or fields[0] != "cpu":
+        return None
+    return [int(value) for value in fields[1:9]]  # user nice system idle iowait irq softirq steal
+
+
+def steal_fraction(before: Optional[list[int]], after: Optional[list[int]]) -> Optional[float]:
+    """The share of the CPU time between two ``cpu_times`` that the hypervisor gave to others.
+
+    On a virtual machine whose host is busy, a rank's thread can stop for a
+    while at any instruction; collectives, whose ops wait for every rank,
+    slow down with it. Runs with steal are not comparable with runs without.
+    """
+    if before is None or after is None:
+        return None
+    elapsed = sum(after) - sum(before)
+    return (after[7] - before[7]) / elapsed if elapsed > 0 else None
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _build_parser().parse_args(argv)
     config = _config_from_args(args)
     timeout = args.timeout or (300.0 if args.quick else 3600.0)
     started = time.monotonic()
+    times_before = cpu_times()
     data = run_workers_ok(_worker, config.world_size, config, timeout=timeout, env=config.monarch_env)[0]
-    report = Report(**{**data, "rows": [Row(**row) for row in data["rows"]]})
+    steal = steal_fraction(times_before, cpu_times())
+    report = Report(**{**data, "rows": [Row(**row) for row in data["rows"]], "host_steal_fraction": steal})
     print(format_report(report, config))
     print(f"# wall time {time.monotonic() - started:.1f} s; medians over {config.rounds} rounds")
     print("JSON " + report_json(report, config), flush=True)

@@ -11,7 +11,9 @@ default, gives each rank the host's CPUs / world) and world size; rows are
 (world, op). Columns: the speedup over the peer at every size
 measured; at the smallest size, the time per op back to back and, where it was
 measured, the latency of ops waited on one at a time, monarch / peer; from
-``LARGE_BYTES``, the fraction of the memory bound and the busbw.
+``LARGE_BYTES``, the fraction of the memory bound and the busbw. Under each
+table, the runs per cell and each run's host steal (the CPU time the
+hypervisor gave to others; "-" for runs that did not record it).
 """
 
 from __future__ import annotations
@@ -100,8 +102,17 @@ def _table(reports: list[Report]) -> list[str]:
                 row.append(" / ".join("-" if b is None else f"{b:.2f}" for b in busbw))
             lines.append("| " + " | ".join(row) + " |")
     counts = ", ".join(f"world {world}: {count}" for world, count in sorted(runs.items()))
-    lines.append(f"(runs per cell: {counts})")
+    steal = "; ".join(
+        f"world {world}: " + " / ".join(_steal(report) for report in reports if report["world_size"] == world)
+        for world in sorted(runs)
+    )
+    lines.append(f"(runs per cell: {counts}; host steal per run: {steal})")
     return lines
+
+
+def _steal(report: Report) -> str:
+    fraction = report.get("host_steal_fraction")
+    return "-" if fraction is None else f"{fraction * 100:.1f}%"
 
 
 def _threads_label(setting: int) -> str:

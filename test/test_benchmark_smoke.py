@@ -42,6 +42,8 @@ def test_collectives_benchmark_checks_and_measures_every_op(tmp_path: Path) -> N
     report = json.loads(line[len("JSON ") :])
     assert report["check"].startswith("ok: "), report["check"]
     assert report["memcpy_gbps"] > 0
+    # Linux counts steal in /proc/stat (0 off a virtual machine).
+    assert 0 <= report["host_steal_fraction"] < 1, report["host_steal_fraction"]
     # One torch thread per rank: its copies are also timed split among the monarch group's threads (a second
     # where the ranks have two CPUs each) and the transport's thread.
     assert report["memcpy_threads"] == (3 if len(os.sched_getaffinity(0)) >= 4 else 2)
@@ -65,7 +67,9 @@ def test_collectives_benchmark_checks_and_measures_every_op(tmp_path: Path) -> N
     assert all(line.split(" | ")[2].count("x") == len(SIZES) for line in rows), table.stdout
 
 
-def _synthetic_run(path: Path, torch_threads: int, speedup: float, latency_us: Optional[float]) -> Path:
+def _synthetic_run(
+    path: Path, torch_threads: int, speedup: float, latency_us: Optional[float], steal: Optional[float] = None
+) -> Path:
     """A run's stdout as collectives.py prints it, with one op at 4 KB and 16 MB."""
     rows = [
         {"op": "allreduce", "size_bytes": size, "speedup": speedup, "monarch_us": 10.0 * speedup,
@@ -75,7 +79,7 @@ def _synthetic_run(path: Path, torch_threads: int, speedup: float, latency_us: O
         for size in (4096, 16 << 20)
     ]  # fmt: skip
     report = {"peer": "gloo", "world_size": 2, "torch_threads": torch_threads or 8,
-              "config": {"torch_threads": torch_threads}, "rows": rows}  # fmt: skip
+              "config": {"torch_threads": torch_threads}, "rows": rows, "host_steal_fraction": steal}  # fmt: skip
     path.write_text("# table lines\nJSON " + json.dumps(report) + "\n")
     return path
 
@@ -83,8 +87,8 @@ def _synthetic_run(path: Path, torch_threads: int, speedup: float, latency_us: O
 def test_collectives_table_cells_are_medians_of_the_runs(tmp_path: Path) -> None:
     # Three runs whose means differ from their medians.
     runs = [
-        _synthetic_run(tmp_path / f"t1_{i}.txt", 1, speedup, latency)
-        for i, (speedup, latency) in enumerate(((1.0, 30.0), (4.0, 50.0), (2.0, 31.0)))
+        _synthetic_run(tmp_path / f"t1_{i}.txt", 1, speedup, latency, steal)
+        for i, (speedup, latency, steal) in enumerate(((1.0, 30.0, 0.002), (4.0, 50.0, 0.071), (2.0, 31.0, None)))
     ]
     runs.append(_synthetic_run(tmp_path / "default.txt", 0, 5.0, None))
     table = _run_table(*runs)
@@ -92,7 +96,8 @@ def test_collectives_table_cells_are_medians_of_the_runs(tmp_path: Path) -> None
     one_thread, default = table.stdout.split("the default torch threads per rank")
     # Medians: speedup 2.0 at both sizes, 4 KB times 20 / 100 us, latency 31 / 200 us, 20% of the bound.
     assert "| 2 | allreduce | 2.00x / 2.00x | 20.0 / 100.0 | 31.0 / 200.0 | 20% | 2.00 |" in one_thread, table.stdout
-    assert "(runs per cell: world 2: 3)" in one_thread
+    # Each run's steal, in run order; "-" for a run that did not record it.
+    assert "(runs per cell: world 2: 3; host steal per run: world 2: 0.2% / 7.1% / -)" in one_thread, table.stdout
     # A run without latencies says so rather than inventing them.
     assert "| 2 | allreduce | 5.00x / 5.00x | 50.0 / 100.0 | - | 50% | 5.00 |" in default, table.stdout
 
@@ -103,3 +108,18 @@ def test_collectives_table_names_a_file_that_is_no_run(tmp_path: Path) -> None:
     table = _run_table(stray)
     assert table.returncode == 2
     assert "notes.txt: no 'JSON ' line" in table.stdout
+
+
+def test_host_steal_is_the_hypervisors_share_of_the_cpu_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(REPO_ROOT / "benchmarks"))
+    from collectives import cpu_times, steal_fraction
+
+    stat = tmp_path / "stat"
+    # user nice system idle iowait irq softirq steal guest guest_nice
+    stat.write_text("cpu  100 0 50 800 0 0 0 50 0 0\ncpu0 1 2 3\n")
+    before = cpu_times(str(stat))
+    stat.write_text("cpu  160 0 70 890 0 0 0 80 0 0\n")
+    after = cpu_times(str(stat))
+    assert steal_fraction(before, after) == pytest.approx(30 / 200)
+    assert steal_fraction(None, after) is None
+    assert cpu_times(str(tmp_path / "missing")) is None
