@@ -4,15 +4,16 @@
 ``time.perf_counter`` and returns the slowest rank's elapsed time, so that one
 measurement is what the whole group took. ``time_each_op`` times the same N
 ops waited on one at a time: an op's latency, which back-to-back ops hide
-behind the issuing of the next ones.
+behind the issuing of the next ones, and the slowest of those ops.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any, Callable
 
-__all__ = ["max_across_ranks", "time_each_op", "time_ops"]
+__all__ = ["EachOp", "max_across_ranks", "time_each_op", "time_ops"]
 
 
 def max_across_ranks(value: float, group: Any) -> float:
@@ -54,16 +55,33 @@ def time_ops(issue: Callable[[], Any], iterations: int, control_group: Any, sync
     return _seconds_per_op(run, iterations, control_group)
 
 
-def time_each_op(issue: Callable[[], Any], iterations: int, control_group: Any, sync: Callable[[], None]) -> float:
-    """Seconds per op: ``iterations`` ops, each waited on (and ``sync()``) before the next is issued.
+@dataclass(frozen=True)
+class EachOp:
+    """Ops waited on one at a time: seconds per op, and the slowest single op."""
+
+    seconds_per_op: float
+    # The longest any rank waited for one op (issue to wait's return): a
+    # stall of a few ops shows here, where the time per op averages it away.
+    slowest_op: float
+
+
+def time_each_op(issue: Callable[[], Any], iterations: int, control_group: Any, sync: Callable[[], None]) -> EachOp:
+    """``iterations`` ops, each waited on (and ``sync()``) before the next is issued.
 
     What a caller that needs each result at once (a loss, a gradient norm)
-    waits; timed as ``time_ops``.
+    waits; the time per op is timed as ``time_ops``'.
     """
+    slowest = 0.0
 
     def run() -> None:
+        nonlocal slowest
+        last = time.perf_counter()
         for _ in range(iterations):
             issue().wait()
             sync()
+            now = time.perf_counter()
+            slowest = max(slowest, now - last)
+            last = now
 
-    return _seconds_per_op(run, iterations, control_group)
+    per_op = _seconds_per_op(run, iterations, control_group)
+    return EachOp(per_op, max_across_ranks(slowest, control_group))

@@ -30,7 +30,9 @@ back-to-back async ops and their waits, maximised over the ranks; the table
 reports the median over rounds. Up to ``LATENCY_MAX_BYTES`` each round also
 times the same N ops waited on one at a time ("latency"): back to back, the
 issuing of the next ops hides an op's latency, and the time per op is the
-larger of the two (for a 4 KB op mostly torch's Python and dispatcher).
+larger of the two (for a 4 KB op mostly torch's Python and dispatcher). Of
+those, the slowest single op ("slowest op", over every round and rank) shows
+whether a slow round is a few stalls or every op slower.
 
 The physical limit is memory bandwidth. Every rank measures its memcpy rate
 (the fastest of ``copy_`` with the rank's torch threads and, on the CPU,
@@ -84,7 +86,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from _harness import WorkerContext, run_workers_ok
 from _ops import OPS, element_count
-from _timing import time_each_op, time_ops
+from _timing import EachOp, time_each_op, time_ops
 
 __all__ = ["BenchConfig", "Row", "format_size", "main"]
 
@@ -190,6 +192,9 @@ class Row:
     # Medians of ops waited on one at a time, up to LATENCY_MAX_BYTES; else None.
     monarch_latency_us: Optional[float] = None
     peer_latency_us: Optional[float] = None
+    # The slowest single op of those, over every round and rank.
+    monarch_slowest_op_us: Optional[float] = None
+    peer_slowest_op_us: Optional[float] = None
 
 
 @dataclass
@@ -474,7 +479,7 @@ def _measure(session: _Session, op_name: str, size: int) -> Row:
     iterations = min(config.max_iters, max(config.min_iters, math.ceil(config.target_ms / 1e3 / max(per_op))))
 
     samples: dict[str, list[float]] = {backend: [] for backend in issuers}
-    latencies: dict[str, list[float]] = {backend: [] for backend in issuers}
+    latencies: dict[str, list[EachOp]] = {backend: [] for backend in issuers}
     order = list(issuers)
     for round_index in range(config.rounds):
         for backend in order if round_index % 2 == 0 else reversed(order):
@@ -501,13 +506,19 @@ def _measure(session: _Session, op_name: str, size: int) -> Row:
         of_bound=bound_s / monarch_s,
         monarch_rounds_us=[round(t * 1e6, 2) for t in samples[MONARCH]],
         peer_rounds_us=[round(t * 1e6, 2) for t in samples[peer]],
-        monarch_latency_us=_median_us(latencies[MONARCH]),
-        peer_latency_us=_median_us(latencies[peer]),
+        monarch_latency_us=_median_us([each.seconds_per_op for each in latencies[MONARCH]]),
+        peer_latency_us=_median_us([each.seconds_per_op for each in latencies[peer]]),
+        monarch_slowest_op_us=_max_us([each.slowest_op for each in latencies[MONARCH]]),
+        peer_slowest_op_us=_max_us([each.slowest_op for each in latencies[peer]]),
     )
 
 
 def _median_us(seconds: list[float]) -> Optional[float]:
     return statistics.median(seconds) * 1e6 if seconds else None
+
+
+def _max_us(seconds: list[float]) -> Optional[float]:
+    return max(seconds) * 1e6 if seconds else None
 
 
 def _progress(rank: int, line: str) -> None:
@@ -536,8 +547,9 @@ _COLUMNS = (
     "speedup",
     "of bound",
     "latency us monarch/{peer}",
+    "slowest op us monarch/{peer}",
 )
-_WIDTHS = (15, 6, 12, 12, 11, 11, 8, 10, 26)
+_WIDTHS = (15, 6, 12, 12, 11, 11, 8, 10, 26, 30)
 
 
 def _format_header(peer: str) -> str:
@@ -555,15 +567,16 @@ def _format_row(row: Row, peer: str) -> str:
         f"{row.busbw_gbps:.3f}",
         f"{row.speedup:.2f}x",
         f"{row.of_bound * 100:.1f}%",
-        _format_latency(row),
+        _format_pair(row.monarch_latency_us, row.peer_latency_us),
+        _format_pair(row.monarch_slowest_op_us, row.peer_slowest_op_us),
     ]
     return "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, _WIDTHS)))
 
 
-def _format_latency(row: Row) -> str:
-    if row.monarch_latency_us is None or row.peer_latency_us is None:
+def _format_pair(monarch_us: Optional[float], peer_us: Optional[float]) -> str:
+    if monarch_us is None or peer_us is None:
         return "-"
-    return f"{row.monarch_latency_us:.1f} / {row.peer_latency_us:.1f}"
+    return f"{monarch_us:.1f} / {peer_us:.1f}"
 
 
 def format_report(report: Report, config: BenchConfig) -> str:
@@ -582,7 +595,8 @@ def format_report(report: Report, config: BenchConfig) -> str:
         + ("unknown" if report.host_steal_fraction is None else f"{report.host_steal_fraction * 100:.1f}%"),
         f"# speedup = {report.peer} time / monarch time (> 1: monarch faster); "
         f"of bound = memory-model bytes / aggregate memcpy rate at the op's size / monarch time; "
-        f"latency = time per op waited on one at a time (up to {format_size(LATENCY_MAX_BYTES)})",
+        f"latency = time per op waited on one at a time (up to {format_size(LATENCY_MAX_BYTES)}), "
+        f"slowest op = the longest of those single ops, any round, any rank",
         _format_header(report.peer),
     ]
     lines += [_format_row(row, report.peer) for row in report.rows]
