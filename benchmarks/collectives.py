@@ -88,7 +88,7 @@ from _harness import WorkerContext, run_workers_ok
 from _ops import OPS, element_count
 from _timing import EachOp, time_each_op, time_ops
 
-__all__ = ["BenchConfig", "Row", "format_size", "main"]
+__all__ = ["BenchConfig", "Row", "format_pair", "format_size", "main"]
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -567,13 +567,14 @@ def _format_row(row: Row, peer: str) -> str:
         f"{row.busbw_gbps:.3f}",
         f"{row.speedup:.2f}x",
         f"{row.of_bound * 100:.1f}%",
-        _format_pair(row.monarch_latency_us, row.peer_latency_us),
-        _format_pair(row.monarch_slowest_op_us, row.peer_slowest_op_us),
+        format_pair(row.monarch_latency_us, row.peer_latency_us),
+        format_pair(row.monarch_slowest_op_us, row.peer_slowest_op_us),
     ]
     return "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, _WIDTHS)))
 
 
-def _format_pair(monarch_us: Optional[float], peer_us: Optional[float]) -> str:
+def format_pair(monarch_us: Optional[float], peer_us: Optional[float]) -> str:
+    """Two times as the tables print them: "monarch / peer", or "-" where either is missing."""
     if monarch_us is None or peer_us is None:
         return "-"
     return f"{monarch_us:.1f} / {peer_us:.1f}"

@@ -25,7 +25,7 @@ import sys
 from collections import defaultdict
 from typing import Any, Optional, Sequence
 
-from collectives import format_size
+from collectives import format_pair, format_size
 
 __all__ = ["format_tables", "load_report", "main"]
 
@@ -52,8 +52,7 @@ def _median(rows: list[Row], key: str) -> Optional[float]:
 
 
 def _pair(rows: list[Row], monarch_key: str, peer_key: str) -> str:
-    monarch, peer = _median(rows, monarch_key), _median(rows, peer_key)
-    return "-" if monarch is None or peer is None else f"{monarch:.1f} / {peer:.1f}"
+    return format_pair(_median(rows, monarch_key), _median(rows, peer_key))
 
 
 def _table(reports: list[Report]) -> list[str]:
