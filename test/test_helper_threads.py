@@ -56,9 +56,10 @@ def helper_threads_worker(ctx: WorkerContext) -> tuple[int, list[str]]:
     check.true("the default follows torch.get_num_threads()", started == 1, f"{started} threads")
 
     # At one torch thread: a second thread where this process's CPUs number
-    # two per rank of the group on its host. Every rank here shares one
+    # two per rank of the group on its host (its affinity, capped by its
+    # cgroup's quota: test_usable_cpus.py). Every rank here shares one
     # machine; posing each as a host of its own leaves one rank per host.
-    cpus = len(os.sched_getaffinity(0))
+    cpus = torch_monarch._C.usable_cpus()
     for name, options, ranks_on_host in (
         ("one host", torch_monarch.Options(), ctx.world_size),
         ("a host per rank", torch_monarch.Options(host_name=f"host{ctx.rank}"), 1),

@@ -84,8 +84,9 @@ class Options(Config):
             worker included (the helpers start at the first op large
             enough to use them). ``None`` takes ``torch.get_num_threads()``
             when the group forms, and at least 2 where the CPUs this process
-            may run on number at least two for each of the group's ranks on
-            its host: one thread's copy is bound by its core, not by memory,
+            may use (its affinity mask, capped by its cgroup's CPU quota, a
+            container's CPU limit) number at least two for each of the
+            group's ranks on its host: one thread's copy is bound by its core, not by memory,
             so at torchrun's one thread per rank a second one moved 16-64 MB
             messages 1.2-2.3x faster on a 16-core host, and a host with
             fewer cores than that is not oversubscribed.

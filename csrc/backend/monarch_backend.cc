@@ -5,7 +5,6 @@
 #include "backend/monarch_backend.h"
 
 #include <ATen/Parallel.h>
-#include <sched.h>
 
 #include <algorithm>
 
@@ -13,6 +12,7 @@
 #include "transport/store_rendezvous.h"
 #include "common/logging.h"
 #include "common/op_failure.h"
+#include "common/usable_cpus.h"
 #include "contract/errors.h"
 #include "transport/host_identity.h"
 #include "transport/wire.h"
@@ -32,8 +32,9 @@ int ranksOnHost(const MonarchBackend::Membership& membership, uint64_t host) {
 }
 
 // The group's threads where Options.threads is None: `torchThreads`, and at
-// least two where the cores this process may run on number two for each of
-// the group's ranks on the host. One thread's copy is bound by its core's
+// least two where the CPUs this process may use (usableCpus: its affinity
+// and its cgroup's quota) number two for each of the group's ranks on the
+// host. One thread's copy is bound by its core's
 // outstanding misses, not by memory: at one torch thread per rank on a
 // 16-core host, a second thread made 16 and 64 MB allreduce, reduce-scatter
 // and allgather 1.2-2.3x faster at worlds 2-8 in most cells
@@ -42,9 +43,7 @@ int poolThreads(const std::optional<int>& setting, int torchThreads, int ranksOn
   if (setting) {
     return *setting;
   }
-  cpu_set_t cpus;
-  const int cores = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-  return std::max(torchThreads, cores >= 2 * ranksOnHost ? 2 : 1);
+  return std::max(torchThreads, usableCpus() >= 2 * ranksOnHost ? 2 : 1);
 }
 
 } // namespace

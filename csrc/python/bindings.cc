@@ -19,6 +19,7 @@
 #include "contract/errors.h"
 #include "gpu/device_backend.h"
 #include "contract/gpu_route.h"
+#include "common/usable_cpus.h"
 
 namespace py = pybind11;
 
@@ -219,6 +220,13 @@ PYBIND11_MODULE(_C, module) {
       py::arg("dst"), py::arg("src"),
       "Copies src into dst on this thread with the streaming stores the collectives write large results with "
       "(benchmarks/collectives.py counts its rate in the memory bound).");
+  module.def(
+      "usable_cpus", &monarch::usableCpus,
+      "CPUs this process may keep busy: its affinity mask, capped by its cgroup's CPU quota (rounded up).");
+  module.def(
+      "cgroup_cpu_limit", &monarch::cgroupCpuLimit, py::arg("proc_cgroup"), py::arg("proc_mountinfo"),
+      "The tightest CPU quota, in CPUs, over the cgroup path that the texts of /proc/<pid>/cgroup and "
+      "/proc/<pid>/mountinfo describe (cgroup v2 cpu.max, v1 cpu.cfs_quota_us); None where none is set.");
   module.def(
       "rdma_resources",
       [] {
