@@ -13,28 +13,27 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-__all__ = ["EachOp", "max_across_ranks", "time_each_op", "time_ops"]
+__all__ = ["EachOp", "time_each_op", "time_ops"]
 
 
-def max_across_ranks(value: float, group: Any) -> float:
-    """The maximum of ``value`` over the ranks of ``group`` (a CPU/gloo group)."""
+def _max_across_ranks(*values: float, group: Any) -> list[float]:
+    """Each of ``values``' maximum over the ranks of ``group`` (a CPU/gloo group), in one all-reduce."""
     import torch
     import torch.distributed as dist
 
-    t = torch.tensor([value], dtype=torch.float64)
+    t = torch.tensor(values, dtype=torch.float64)
     dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
-    return float(t.item())
+    return [float(v) for v in t.tolist()]
 
 
-def _seconds_per_op(run: Callable[[], None], iterations: int, control_group: Any) -> float:
-    """``run()`` timed from a barrier on ``control_group``: the slowest rank's time over ``iterations``."""
+def _elapsed(run: Callable[[], None], control_group: Any) -> float:
+    """This rank's seconds in ``run()``, started by all ranks together (a barrier on ``control_group``)."""
     import torch.distributed as dist
 
     dist.barrier(group=control_group)
     start = time.perf_counter()
     run()
-    elapsed = time.perf_counter() - start
-    return max_across_ranks(elapsed, control_group) / iterations
+    return time.perf_counter() - start
 
 
 def time_ops(issue: Callable[[], Any], iterations: int, control_group: Any, sync: Callable[[], None]) -> float:
@@ -52,7 +51,8 @@ def time_ops(issue: Callable[[], Any], iterations: int, control_group: Any, sync
             work.wait()
         sync()
 
-    return _seconds_per_op(run, iterations, control_group)
+    [elapsed] = _max_across_ranks(_elapsed(run, control_group), group=control_group)
+    return elapsed / iterations
 
 
 @dataclass(frozen=True)
@@ -83,5 +83,5 @@ def time_each_op(issue: Callable[[], Any], iterations: int, control_group: Any, 
             slowest = max(slowest, now - last)
             last = now
 
-    per_op = _seconds_per_op(run, iterations, control_group)
-    return EachOp(per_op, max_across_ranks(slowest, control_group))
+    elapsed, slowest_anywhere = _max_across_ranks(_elapsed(run, control_group), slowest, group=control_group)
+    return EachOp(elapsed / iterations, slowest_anywhere)
