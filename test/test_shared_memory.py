@@ -28,7 +28,8 @@ large collectives through a segment per rank that every rank maps.
   results, and reduce_scatter_tensor leaves its input as it was (it reads
   the input where it lies); all_gather_into_tensor right also with its
   input inside its output, as FSDP calls it; reduce to every root leaves
-  the other ranks' tensors as they were.
+  the other ranks' tensors as they were; gather to and scatter from every
+  root right, in rounds as the broadcast goes.
 - A rank that waits in shared memory for a peer 2 s late sleeps in the
   kernel: it uses little CPU meanwhile.
 - Senders of small gathers, with empty ops between them, run ahead of a
@@ -118,7 +119,16 @@ def through_segments_worker(ctx: WorkerContext, transport: str) -> tuple[int, li
     dist.reduce_scatter_tensor(mine, torch.cat([halves[ctx.rank], halves[ctx.rank]]))
     expected = reference_reduce([torch.cat([x, x]) for x in halves], "SUM").view(n, 2 * block)
     check.close("reduce_scatter_tensor of 64 MB in bfloat16", mine, expected[ctx.rank])
-    del large, gathered, halves
+    # Gather and scatter of blocks larger than a slot: several rounds.
+    root = n - 1
+    blocks = [torch.empty_like(large[0]) for _ in range(n)] if ctx.rank == root else None
+    dist.gather(large[ctx.rank], gather_list=blocks, dst=root)
+    if blocks is not None:
+        check.close("gather of 64 MB blocks", torch.cat(blocks), torch.cat(large))
+    mine = torch.empty_like(large[0])
+    dist.scatter(mine, scatter_list=large if ctx.rank == 0 else None, src=0)
+    check.close("scatter of 64 MB blocks", mine, large[ctx.rank])
+    del large, gathered, halves, blocks
 
     payload = 4 * NUMEL
     sent = _bytes_sent(dist.group.WORLD) - sent_before
@@ -135,7 +145,7 @@ def through_segments_worker(ctx: WorkerContext, transport: str) -> tuple[int, li
 @pytest.mark.parametrize("transport", ["auto", "tcp"])
 def test_collectives_go_through_the_segments(transport: str) -> None:
     reports = run_workers_ok(through_segments_worker, 3, transport, env={"MONARCH_TRANSPORT": transport})
-    assert_all_passed(reports, min_checks=11)
+    assert_all_passed(reports, min_checks=12)
 
 
 def rank_order_worker(ctx: WorkerContext) -> tuple[int, list[str]]:
@@ -217,6 +227,14 @@ def block_rounds_worker(ctx: WorkerContext) -> tuple[int, list[str]]:
         dist.reduce(tensor, dst=root, group=group)
         want = reference_reduce(inputs, "SUM") if ctx.rank == root else inputs[ctx.rank]
         check.close(f"reduce to {root} {repeat}", tensor, want)
+
+        received = [torch.empty(n * block) for _ in range(n)] if ctx.rank == root else None
+        dist.gather(inputs[ctx.rank], gather_list=received, dst=root, group=group)
+        if received is not None:
+            check.close(f"gather to {root} {repeat}", torch.cat(received), torch.cat(inputs))
+        scattered = torch.empty(n * block)
+        dist.scatter(scattered, scatter_list=inputs if ctx.rank == root else None, src=root, group=group)
+        check.close(f"scatter from {root} {repeat}", scattered, inputs[ctx.rank])
     # Default slots, two threads: rounds of more tiles than a thread takes
     # behind the ones it publishes, so taking and publishing interleave.
     wide = dist.new_group(backend="monarch", pg_options=torch_monarch.Options(threads=2))
@@ -233,7 +251,7 @@ def block_rounds_worker(ctx: WorkerContext) -> tuple[int, list[str]]:
 
 
 def test_block_collectives_over_many_rounds() -> None:
-    assert_all_passed(run_workers_ok(block_rounds_worker, 3), min_checks=39)
+    assert_all_passed(run_workers_ok(block_rounds_worker, 3), min_checks=43)
 
 
 # A rank waiting for a late peer sleeps in the kernel: over a 2 s wait it

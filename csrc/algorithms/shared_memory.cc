@@ -35,11 +35,7 @@ bool sharedBroadcast(Links& links, void* data, size_t bytes, int root, const Alg
     if (isRoot) {
       copySpans({{slotOf(*regions, root), buffer + begin, length}}, config.helpers);
     }
-    if (begin == 0) {
-      agreeThroughSharedMemory(links, *regions);
-    } else {
-      regions->barrier();
-    }
+    meetForRound(links, *regions, begin == 0);
     if (!isRoot) {
       copySpans({{buffer + begin, slotOf(*regions, root), length}}, config.helpers);
     }

@@ -1,17 +1,28 @@
-// Gather, scatter and alltoall through shared memory (shared_memory.h), in
-// one round: each rank writes what it sends into its own slot, the ranks
-// agree on the op (shared_signature.h), and each reads what it receives out
-// of its peers' slots. Over the links a rank waits for a wake-up of its
-// event loop and its worker per message; here it waits for nothing but the
-// stamps, so these carry the small messages that latency bounds.
+// Gather, scatter and alltoall through shared memory (shared_memory.h). Each
+// rank writes what it sends into its own slot, the ranks meet, and each reads
+// what it receives out of its peers' slots. Over the links a rank waits for a
+// wake-up of its event loop and its worker per message, and a large message
+// is one remote read on the receiver's event-loop thread (a gather's root
+// read its peers' blocks one after the other, at a few GB/s); here every copy
+// is split among the group's threads.
+//
+// Gather and scatter go in rounds, as the broadcast does (shared_memory.cc):
+// in a round the senders write a piece of each block they send, all ranks
+// meet (shared_signature.h: in the first round as they agree on the op,
+// later at a barrier), then the receivers copy their pieces out. A sender
+// writes half h of its region again two rounds later, after the meeting of
+// the round between, which no receiver passes before it has read the round
+// before. The alltoall, whose blocks may differ in size from rank to rank,
+// goes in one round where every rank's blocks fit its slot.
 //
 // A rank writes its slot before agreeing: it writes that half again only two
 // rounds later, and it finished the round between only after every peer had
 // agreed on it, which each did only after finishing the round before.
-// Neither side waits for the readers: the next op's stamps do (the stamp a
-// rank replaces must have been read), and so does the next round of the
-// same half.
+// Neither side waits for the readers of the last round: the next op's stamps
+// do (the stamp a rank replaces must have been read), and so does the next
+// round of the same half.
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -29,25 +40,33 @@ bool sharedGather(
   const int n = links.size();
   const int r = links.rank();
   SharedRegions* regions = regionsFor(links, bytes * n, config);
-  if (!regions || bytes > slotBytes(*regions)) {
+  if (!regions) {
     return false;
   }
-  if (r != root) {
-    std::memcpy(slotOf(*regions, r), in, bytes);
-  }
-  agreeThroughSharedMemory(links, *regions);
-  if (r == root) {
-    std::vector<CopySpan> spans;
-    for (int peer = 0; peer < n; ++peer) {
-      if (peer != r) {
-        spans.push_back({outs[peer], slotOf(*regions, peer), bytes});
-      } else if (outs[r] != in) {
-        spans.push_back({outs[r], in, bytes});
-      }
+  // A sender's whole slot carries a piece of its block per round.
+  const size_t piece = slotBytes(*regions);
+  const auto* source = static_cast<const char*>(in);
+  size_t begin = 0;
+  do {
+    const size_t length = std::min(piece, bytes - begin);
+    if (r != root) {
+      copySpans({{slotOf(*regions, r), source + begin, length}}, config.helpers);
     }
-    copySpans(spans, config.helpers);
-  }
-  ++regions->rounds;
+    meetForRound(links, *regions, begin == 0);
+    if (r == root) {
+      std::vector<CopySpan> spans;
+      for (int peer = 0; peer < n; ++peer) {
+        if (peer != r) {
+          spans.push_back({static_cast<char*>(outs[peer]) + begin, slotOf(*regions, peer), length});
+        } else if (begin == 0 && outs[r] != in) {
+          spans.push_back({outs[r], in, bytes});
+        }
+      }
+      copySpans(spans, config.helpers);
+    }
+    begin += length;
+    ++regions->rounds;
+  } while (begin < bytes);
   return true;
 }
 
@@ -56,26 +75,39 @@ bool sharedScatter(
   const int n = links.size();
   const int r = links.rank();
   SharedRegions* regions = regionsFor(links, bytes * n, config);
-  if (!regions || bytes * n > slotBytes(*regions)) {
+  if (!regions) {
     return false;
   }
-  char* rootSlot = slotOf(*regions, root);
-  if (r == root) {
-    std::vector<CopySpan> spans;
-    for (int peer = 0; peer < n; ++peer) {
-      if (peer != r) {
-        spans.push_back({rootSlot + peer * bytes, ins[peer], bytes});
-      } else if (ins[r] != out) {
-        spans.push_back({out, ins[r], bytes});
+  // The root's slot carries a piece of each peer's block per round, in rank
+  // order without the root's own.
+  const size_t piece = slotBytes(*regions) / std::max(1, n - 1) / kSlotAlignment * kSlotAlignment;
+  if (piece == 0) {
+    return false; // more ranks than a slot has room for (a tiny Options.shm_segment_bytes)
+  }
+  auto position = [root](int peer) { return static_cast<size_t>(peer < root ? peer : peer - 1); };
+  auto* dest = static_cast<char*>(out);
+  size_t begin = 0;
+  do {
+    const size_t length = std::min(piece, bytes - begin);
+    char* rootSlot = slotOf(*regions, root);
+    if (r == root) {
+      std::vector<CopySpan> spans;
+      for (int peer = 0; peer < n; ++peer) {
+        if (peer != r) {
+          spans.push_back({rootSlot + position(peer) * piece, static_cast<const char*>(ins[peer]) + begin, length});
+        } else if (begin == 0 && ins[r] != out) {
+          spans.push_back({out, ins[r], bytes});
+        }
       }
+      copySpans(spans, config.helpers);
     }
-    copySpans(spans, config.helpers);
-  }
-  agreeThroughSharedMemory(links, *regions);
-  if (r != root) {
-    std::memcpy(out, rootSlot + r * bytes, bytes);
-  }
-  ++regions->rounds;
+    meetForRound(links, *regions, begin == 0);
+    if (r != root) {
+      copySpans({{dest + begin, rootSlot + position(r) * piece, length}}, config.helpers);
+    }
+    begin += length;
+    ++regions->rounds;
+  } while (begin < bytes);
   return true;
 }
 

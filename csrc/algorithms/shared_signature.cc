@@ -80,4 +80,12 @@ bool agreeThroughSharedMemory(Links& links, SharedRegions& regions, bool fits) {
   return everyRankFits;
 }
 
+void meetForRound(Links& links, SharedRegions& regions, bool firstRound) {
+  if (firstRound) {
+    agreeThroughSharedMemory(links, regions);
+  } else {
+    regions.barrier();
+  }
+}
+
 } // namespace monarch

@@ -23,4 +23,8 @@ namespace monarch {
 // otherwise.
 bool agreeThroughSharedMemory(Links& links, SharedRegions& regions, bool fits = true);
 
+// The meeting before a round's readers copy out what its writers wrote: in
+// an op's first round the agreement on the op, in later ones a barrier.
+void meetForRound(Links& links, SharedRegions& regions, bool firstRound);
+
 } // namespace monarch
