@@ -28,8 +28,11 @@ large collectives through a segment per rank that every rank maps.
   results, and reduce_scatter_tensor leaves its input as it was (it reads
   the input where it lies); all_gather_into_tensor right also with its
   input inside its output, as FSDP calls it; reduce to every root leaves
-  the other ranks' tensors as they were; gather to and scatter from every
-  root right, in rounds as the broadcast goes.
+  the other ranks' tensors as they were; gathers to every root go in
+  rounds and scatters from every root are right.
+- Gathers of blocks larger than a slot go through the segments in rounds,
+  and so do scatters in a group of two; a group of three scatters over the
+  links (each receiver reads its block out of the root's memory).
 - A rank that waits in shared memory for a peer 2 s late sleeps in the
   kernel: it uses little CPU meanwhile.
 - Senders of small gathers, with empty ops between them, run ahead of a
@@ -119,16 +122,13 @@ def through_segments_worker(ctx: WorkerContext, transport: str) -> tuple[int, li
     dist.reduce_scatter_tensor(mine, torch.cat([halves[ctx.rank], halves[ctx.rank]]))
     expected = reference_reduce([torch.cat([x, x]) for x in halves], "SUM").view(n, 2 * block)
     check.close("reduce_scatter_tensor of 64 MB in bfloat16", mine, expected[ctx.rank])
-    # Gather and scatter of blocks larger than a slot: several rounds.
+    # A gather of blocks larger than a slot: several rounds.
     root = n - 1
     blocks = [torch.empty_like(large[0]) for _ in range(n)] if ctx.rank == root else None
     dist.gather(large[ctx.rank], gather_list=blocks, dst=root)
     if blocks is not None:
         check.close("gather of 64 MB blocks", torch.cat(blocks), torch.cat(large))
-    mine = torch.empty_like(large[0])
-    dist.scatter(mine, scatter_list=large if ctx.rank == 0 else None, src=0)
-    check.close("scatter of 64 MB blocks", mine, large[ctx.rank])
-    del large, gathered, halves, blocks
+    del gathered, halves, blocks
 
     payload = 4 * NUMEL
     sent = _bytes_sent(dist.group.WORLD) - sent_before
@@ -139,13 +139,35 @@ def through_segments_worker(ctx: WorkerContext, transport: str) -> tuple[int, li
     else:
         check.true("maps no segment", not mapped, str(sorted(mapped)))
         check.true("payload on the links", sent >= payload, f"{sent} payload bytes sent")
+
+    # A scatter of blocks larger than a slot goes in rounds in a group of
+    # two; in a larger one each receiver reads its block out of the root's
+    # memory over the links, all at once.
+    block_bytes = large[0].numel() * 4
+    mine = torch.empty_like(large[0])
+    pair = dist.new_group([0, 1], backend="monarch")
+    if ctx.rank < 2:
+        before = _bytes_sent(pair)
+        dist.scatter(mine, scatter_list=large[:2] if ctx.rank == 0 else None, src=0, group=pair)
+        check.close("scatter of 64 MB blocks in a pair", mine, large[ctx.rank])
+        sent = _bytes_sent(pair) - before
+        if transport == "auto":
+            check.true("a pair's scatter goes through the segments", sent < 1024, f"{sent} payload bytes sent")
+    before = _bytes_sent(dist.group.WORLD)
+    dist.scatter(mine, scatter_list=large if ctx.rank == 0 else None, src=0)
+    check.close("scatter of 64 MB blocks", mine, large[ctx.rank])
+    if ctx.rank == 0:
+        sent = _bytes_sent(dist.group.WORLD) - before
+        want = (n - 1) * block_bytes
+        check.true(f"a group of {n} scatters its blocks over the links", sent >= want, f"{sent} of {want} bytes")
+    del large
     return check.report()
 
 
 @pytest.mark.parametrize("transport", ["auto", "tcp"])
 def test_collectives_go_through_the_segments(transport: str) -> None:
     reports = run_workers_ok(through_segments_worker, 3, transport, env={"MONARCH_TRANSPORT": transport})
-    assert_all_passed(reports, min_checks=12)
+    assert_all_passed(reports, min_checks=13)
 
 
 def rank_order_worker(ctx: WorkerContext) -> tuple[int, list[str]]:

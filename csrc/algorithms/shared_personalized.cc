@@ -6,10 +6,11 @@
 // read its peers' blocks one after the other, at a few GB/s); here every copy
 // is split among the group's threads.
 //
-// Gather and scatter go in rounds, as the broadcast does (shared_memory.cc):
-// in a round the senders write a piece of each block they send, all ranks
-// meet (shared_signature.h: in the first round as they agree on the op,
-// later at a barrier), then the receivers copy their pieces out. A sender
+// Gather goes in rounds as the broadcast does (shared_memory.cc), and so
+// does scatter in a group of two (larger groups scatter in one round or over
+// the links): in a round the senders write a piece of each block they send,
+// all ranks meet (shared_signature.h: in the first round as they agree on
+// the op, later at a barrier), then the receivers copy their pieces out. A sender
 // writes half h of its region again two rounds later, after the meeting of
 // the round between, which no receiver passes before it has read the round
 // before. The alltoall, whose blocks may differ in size from rank to rank,
@@ -83,6 +84,14 @@ bool sharedScatter(
   const size_t piece = slotBytes(*regions) / std::max(1, n - 1) / kSlotAlignment * kSlotAlignment;
   if (piece == 0) {
     return false; // more ranks than a slot has room for (a tiny Options.shm_segment_bytes)
+  }
+  // Past one round, a group of more than two scatters over the links: each
+  // receiver reads its block out of the root's memory, all at once, where
+  // rounds have the root copy every block. On the 16-core test machine at
+  // 16-256 MB, rounds were 1.2-3.8x faster at world 2, 0.86-1.16x at 4,
+  // 2-2.6x slower at 8 (benchmarks/RESULTS.md).
+  if (n > 2 && bytes > piece) {
+    return false;
   }
   auto position = [root](int peer) { return static_cast<size_t>(peer < root ? peer : peer - 1); };
   auto* dest = static_cast<char*>(out);
