@@ -69,19 +69,22 @@ def time_each_op(issue: Callable[[], Any], iterations: int, control_group: Any, 
     """``iterations`` ops, each waited on (and ``sync()``) before the next is issued.
 
     What a caller that needs each result at once (a loss, a gradient norm)
-    waits; the time per op is timed as ``time_ops``'.
+    waits. All ranks start together; the time per op is the mean of the ops'
+    own times (issue to wait's return, ``sync()`` included), the slowest
+    rank's, so that it never exceeds the slowest op: time between two ops (a
+    garbage collection in Python) counts in neither.
     """
+    import torch.distributed as dist
+
+    dist.barrier(group=control_group)
+    total = 0.0
     slowest = 0.0
-
-    def run() -> None:
-        nonlocal slowest
-        last = time.perf_counter()
-        for _ in range(iterations):
-            issue().wait()
-            sync()
-            now = time.perf_counter()
-            slowest = max(slowest, now - last)
-            last = now
-
-    elapsed, slowest_anywhere = _max_across_ranks(_elapsed(run, control_group), slowest, group=control_group)
-    return EachOp(elapsed / iterations, slowest_anywhere)
+    for _ in range(iterations):
+        start = time.perf_counter()
+        issue().wait()
+        sync()
+        took = time.perf_counter() - start
+        total += took
+        slowest = max(slowest, took)
+    mean, slowest_anywhere = _max_across_ranks(total / iterations, slowest, group=control_group)
+    return EachOp(mean, slowest_anywhere)

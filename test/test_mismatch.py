@@ -98,6 +98,23 @@ def _scatter(rank: int, group: dist.ProcessGroup, tensor: torch.Tensor, root: in
     return tensor
 
 
+def _all_to_all_splits(rank: int, group: dist.ProcessGroup, rows: int) -> Result:
+    """Rank 0 sends rank 1 one row more than rank 1 expects from it (and
+    itself one fewer), with the same number of rows in as everyone."""
+    n = group.size()
+    send = [rows] * n
+    recv = [rows] * n
+    if rank == 0:
+        send[0] -= 1
+        send[1] += 1
+        recv[0] -= 1
+    output = torch.empty(sum(recv), 2)
+    dist.all_to_all_single(
+        output, torch.ones(rows * n, 2), output_split_sizes=recv, input_split_sizes=send, group=group
+    )
+    return output
+
+
 # The rooted ops, each with a root argument (group rank 0 is global rank 0).
 ROOTED: dict[str, Callable[[int, dist.ProcessGroup, torch.Tensor, int], Result]] = {
     "broadcast": _broadcast,
@@ -157,6 +174,10 @@ CASES: dict[str, Callable[[int, dist.ProcessGroup], Result]] = {
     # 100 KB: past the small-message tree, below shared memory (the chain).
     "broadcast_root_chain": lambda rank, g: _broadcast(rank, g, _mine(rank, 25_000), 0 if rank == 0 else 1),
     "allgather_vs_reduce_scatter": lambda rank, g: _all_gather(rank, g) if rank == 0 else _reduce_scatter(rank, g),
+    # Blocks that two ranks size differently: in one round, and (5.6 MB a
+    # block) in several.
+    "all_to_all_splits": lambda rank, g: _all_to_all_splits(rank, g, 4),
+    "all_to_all_splits_rounds": lambda rank, g: _all_to_all_splits(rank, g, 700_000),
     **_rooted_cases(),
 }
 

@@ -30,8 +30,8 @@ large collectives through a segment per rank that every rank maps.
   input inside its output, as FSDP calls it; reduce to every root leaves
   the other ranks' tensors as they were; gathers to every root go in
   rounds and scatters from every root are right.
-- Gathers of blocks larger than a slot go through the segments in rounds,
-  and so do scatters in a group of two; a group of three scatters over the
+- Gathers and all_to_alls larger than a slot go through the segments in
+  rounds (an all_to_all's uneven blocks too), and so do scatters in a group of two; a group of three scatters over the
   links (each receiver reads its block out of the root's memory).
 - A rank that waits in shared memory for a peer 2 s late sleeps in the
   kernel: it uses little CPU meanwhile.
@@ -122,13 +122,18 @@ def through_segments_worker(ctx: WorkerContext, transport: str) -> tuple[int, li
     dist.reduce_scatter_tensor(mine, torch.cat([halves[ctx.rank], halves[ctx.rank]]))
     expected = reference_reduce([torch.cat([x, x]) for x in halves], "SUM").view(n, 2 * block)
     check.close("reduce_scatter_tensor of 64 MB in bfloat16", mine, expected[ctx.rank])
+    # An all_to_all of 64 MB per rank: several rounds.
+    exchanged = torch.empty_like(large[ctx.rank][: block * n])
+    dist.all_to_all_single(exchanged, large[ctx.rank][: block * n])
+    want = torch.cat([x[: block * n].view(n, block)[ctx.rank] for x in large])
+    check.close("all_to_all_single of 64 MB", exchanged, want)
     # A gather of blocks larger than a slot: several rounds.
     root = n - 1
     blocks = [torch.empty_like(large[0]) for _ in range(n)] if ctx.rank == root else None
     dist.gather(large[ctx.rank], gather_list=blocks, dst=root)
     if blocks is not None:
         check.close("gather of 64 MB blocks", torch.cat(blocks), torch.cat(large))
-    del gathered, halves, blocks
+    del gathered, halves, blocks, exchanged
 
     payload = 4 * NUMEL
     sent = _bytes_sent(dist.group.WORLD) - sent_before
@@ -167,7 +172,7 @@ def through_segments_worker(ctx: WorkerContext, transport: str) -> tuple[int, li
 @pytest.mark.parametrize("transport", ["auto", "tcp"])
 def test_collectives_go_through_the_segments(transport: str) -> None:
     reports = run_workers_ok(through_segments_worker, 3, transport, env={"MONARCH_TRANSPORT": transport})
-    assert_all_passed(reports, min_checks=13)
+    assert_all_passed(reports, min_checks=14)
 
 
 def rank_order_worker(ctx: WorkerContext) -> tuple[int, list[str]]:
@@ -250,6 +255,21 @@ def block_rounds_worker(ctx: WorkerContext) -> tuple[int, list[str]]:
         want = reference_reduce(inputs, "SUM") if ctx.rank == root else inputs[ctx.rank]
         check.close(f"reduce to {root} {repeat}", tensor, want)
 
+        # Blocks of up to about 2.5 slots' pieces, uneven, some empty: the
+        # ranks take the round count from the largest block of any rank.
+        splits = [[((src * 7 + dst * 3 + repeat) % 5) * 16_000 for dst in range(n)] for src in range(n)]
+        sources = [rank_input(src, sum(splits[src]), torch.float32, 30 + repeat) for src in range(n)]
+        got = torch.empty(sum(splits[src][ctx.rank] for src in range(n)))
+        dist.all_to_all_single(
+            got,
+            sources[ctx.rank],
+            output_split_sizes=[splits[src][ctx.rank] for src in range(n)],
+            input_split_sizes=splits[ctx.rank],
+            group=group,
+        )
+        want = torch.cat([sources[src].split(splits[src])[ctx.rank] for src in range(n)])
+        check.close(f"uneven all_to_all_single {repeat}", got, want)
+
         received = [torch.empty(n * block) for _ in range(n)] if ctx.rank == root else None
         dist.gather(inputs[ctx.rank], gather_list=received, dst=root, group=group)
         if received is not None:
@@ -273,7 +293,7 @@ def block_rounds_worker(ctx: WorkerContext) -> tuple[int, list[str]]:
 
 
 def test_block_collectives_over_many_rounds() -> None:
-    assert_all_passed(run_workers_ok(block_rounds_worker, 3), min_checks=43)
+    assert_all_passed(run_workers_ok(block_rounds_worker, 3), min_checks=46)
 
 
 # A rank waiting for a late peer sleeps in the kernel: over a 2 s wait it

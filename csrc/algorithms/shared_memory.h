@@ -29,9 +29,9 @@ bool sharedReduceScatter(
 bool sharedAllgather(
     Links& links, const void* in, void* out, const Partition& blocks, size_t elementBytes, const AlgorithmConfig& config);
 bool sharedBroadcast(Links& links, void* data, size_t bytes, int root, const AlgorithmConfig& config);
-// Gather and scatter in rounds of a slot, alltoall in one round for what
-// fits a slot (shared_personalized.cc); the arguments are those of
-// collectives.h's.
+// Gather, scatter and alltoall in rounds of a slot (shared_personalized.cc:
+// a scatter in a group of more than two only what fits one round); the
+// arguments are those of collectives.h's.
 bool sharedGather(
     Links& links, const void* in, const std::vector<void*>& outs, size_t bytes, int root, const AlgorithmConfig& config);
 bool sharedScatter(

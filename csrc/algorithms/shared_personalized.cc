@@ -13,8 +13,9 @@
 // the op, later at a barrier), then the receivers copy their pieces out. A sender
 // writes half h of its region again two rounds later, after the meeting of
 // the round between, which no receiver passes before it has read the round
-// before. The alltoall, whose blocks may differ in size from rank to rank,
-// goes in one round where every rank's blocks fit its slot.
+// before. The alltoall goes in rounds too, each rank both a sender and a
+// receiver; its blocks may differ in size from rank to rank, so the ranks
+// learn the round count from the block sizes each writes in its first round.
 //
 // A rank writes its slot before agreeing: it writes that half again only two
 // rounds later, and it finished the round between only after every peer had
@@ -122,12 +123,16 @@ bool sharedScatter(
 
 namespace {
 
-// What an alltoall's slot starts with: where the block for each rank lies
-// in the rest of the slot, and how long it is.
+// What an alltoall's slot starts with in its first round: how long the
+// block its owner sends each rank is.
 struct BlockEntry {
-  uint64_t offset;
   uint64_t bytes;
 };
+
+// Elements [begin, begin + length) of a span of `count`, clipped.
+size_t clipped(size_t count, size_t begin, size_t length) {
+  return begin >= count ? 0 : std::min(length, count - begin);
+}
 
 } // namespace
 
@@ -136,56 +141,84 @@ bool sharedAlltoall(
     const AlgorithmConfig& config) {
   const int n = links.size();
   const int r = links.rank();
-  // Each rank may send a different amount, so whether this rank's blocks
-  // fit its slot is its own answer: the ranks take this path only if every
-  // one's does, which they learn as they agree on the op.
   SharedRegions* regions = links.sharedRegions();
   if (!regions) {
     return false;
   }
   const size_t headerBytes = (n * sizeof(BlockEntry) + kSlotAlignment - 1) / kSlotAlignment * kSlotAlignment;
+  // A rank's slot carries, per round, a piece of the block for each peer in
+  // rank order without its own, after the header.
+  const size_t piece = slotBytes(*regions) < headerBytes
+      ? 0
+      : (slotBytes(*regions) - headerBytes) / std::max(1, n - 1) / kSlotAlignment * kSlotAlignment;
   size_t sending = 0;
   size_t receiving = 0;
   for (int peer = 0; peer < n; ++peer) {
     sending += sendBlocks.counts[peer];
     receiving += recvBlocks.counts[peer];
   }
-  const bool fits = std::max(sending, receiving) >= config.shmMinBytes && headerBytes + sending <= slotBytes(*regions);
-  char* mine = slotOf(*regions, r);
+  // Each rank may send a different amount, so whether this op is large
+  // enough for shared memory is each rank's own answer: the ranks take this
+  // path only if every one's is yes, which they learn as they agree.
+  const bool fits = std::max(sending, receiving) >= config.shmMinBytes && piece > 0;
+  auto position = [](int peer, int owner) { return static_cast<size_t>(peer < owner ? peer : peer - 1); };
   const auto* source = static_cast<const char*>(in);
-  if (fits) {
-    auto* entries = reinterpret_cast<BlockEntry*>(mine);
+  auto* dest = static_cast<char*>(out);
+  // The round count follows from the largest block of any rank, which every
+  // rank reads out of the headers after the first meeting.
+  size_t rounds = 1;
+  for (size_t round = 0; round < rounds; ++round, ++regions->rounds) {
+    const size_t begin = round * piece;
+    if (fits) {
+      char* mine = slotOf(*regions, r);
+      if (round == 0) {
+        auto* entries = reinterpret_cast<BlockEntry*>(mine);
+        for (int peer = 0; peer < n; ++peer) {
+          entries[peer] = {peer == r ? 0 : sendBlocks.counts[peer]};
+        }
+      }
+      std::vector<CopySpan> spans;
+      for (int peer = 0; peer < n; ++peer) {
+        if (peer != r) {
+          spans.push_back(
+              {mine + headerBytes + position(peer, r) * piece, source + sendBlocks.offsets[peer] + begin,
+               clipped(sendBlocks.counts[peer], begin, piece)});
+        }
+      }
+      copySpans(spans, config.helpers);
+    }
+    if (round > 0) {
+      regions->barrier();
+    } else if (!agreeThroughSharedMemory(links, *regions, fits)) {
+      return false;
+    } else {
+      size_t largest = 0;
+      for (int owner = 0; owner < n; ++owner) {
+        const auto* entries = reinterpret_cast<const BlockEntry*>(slotOf(*regions, owner));
+        for (int peer = 0; peer < n; ++peer) {
+          largest = std::max<size_t>(largest, entries[peer].bytes);
+        }
+        if (owner != r && entries[r].bytes != recvBlocks.counts[owner]) {
+          links.failMismatch(
+              owner, "sent " + std::to_string(entries[r].bytes) + " bytes where this rank expected " +
+                  std::to_string(recvBlocks.counts[owner]));
+        }
+      }
+      rounds = std::max<size_t>(1, (largest + piece - 1) / piece);
+    }
     std::vector<CopySpan> spans;
-    size_t at = headerBytes;
+    if (round == 0) {
+      spans.push_back({dest + recvBlocks.offsets[r], source + sendBlocks.offsets[r], recvBlocks.counts[r]});
+    }
     for (int peer = 0; peer < n; ++peer) {
-      const size_t length = peer == r ? 0 : sendBlocks.counts[peer];
-      entries[peer] = {at, length};
-      spans.push_back({mine + at, source + sendBlocks.offsets[peer], length});
-      at += length;
+      if (peer != r) {
+        spans.push_back(
+            {dest + recvBlocks.offsets[peer] + begin, slotOf(*regions, peer) + headerBytes + position(r, peer) * piece,
+             clipped(recvBlocks.counts[peer], begin, piece)});
+      }
     }
     copySpans(spans, config.helpers);
   }
-  if (!agreeThroughSharedMemory(links, *regions, fits)) {
-    return false;
-  }
-  auto* dest = static_cast<char*>(out);
-  std::vector<CopySpan> spans;
-  for (int peer = 0; peer < n; ++peer) {
-    if (peer == r) {
-      spans.push_back({dest + recvBlocks.offsets[r], source + sendBlocks.offsets[r], recvBlocks.counts[r]});
-      continue;
-    }
-    const char* theirs = slotOf(*regions, peer);
-    const BlockEntry entry = reinterpret_cast<const BlockEntry*>(theirs)[r];
-    if (entry.bytes != recvBlocks.counts[peer]) {
-      links.failMismatch(
-          peer, "sent " + std::to_string(entry.bytes) + " bytes where this rank expected " +
-              std::to_string(recvBlocks.counts[peer]));
-    }
-    spans.push_back({dest + recvBlocks.offsets[peer], theirs + entry.offset, entry.bytes});
-  }
-  copySpans(spans, config.helpers);
-  ++regions->rounds;
   return true;
 }
 
