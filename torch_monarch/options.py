@@ -99,9 +99,10 @@ class Options(Config):
             (tests, trying out a multi-host layout).
         shm_min_bytes: collectives of at least this many bytes go through
             shared memory when every rank of the group runs on one host:
-            every allreduce, reduce, reduce-scatter, allgather and broadcast,
-            and a gather, scatter or alltoall that fits half a segment
-            (larger ones go by remote read); across hosts, so do the
+            every allreduce, reduce, reduce-scatter, allgather, broadcast,
+            gather and alltoall, and a scatter in a group of two or one
+            that fits half a segment (a larger one's receivers read their
+            blocks out of the root's memory); across hosts, so do the
             within-host phases of an allreduce that reduces within each host
             first. The default 0 takes every size there: a 4 KB op through
             shared memory waits for no wake-up of a peer's threads, and took
