@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import subprocess
 import uuid
 from pathlib import Path
 from typing import Callable, Iterator, Optional
@@ -131,11 +132,12 @@ def _cpu_controller_dir() -> Optional[Path]:
 
 @pytest.fixture
 def one_cpu_cgroup() -> Iterator[Path]:
-    """A new cgroup limited to one CPU; removed once the test's processes are gone."""
+    """A new cgroup limited to one CPU that processes can be moved into; removed afterwards."""
     parent = _cpu_controller_dir()
     if parent is None:
         pytest.skip("no writable cgroup with the cpu controller (needs root and a cgroup mount)")
     cgroup = parent / f"torch_monarch_test_{uuid.uuid4().hex[:8]}"
+    problem = ""
     try:
         cgroup.mkdir()
         if (cgroup / "cpu.max").exists():
@@ -143,10 +145,21 @@ def one_cpu_cgroup() -> Iterator[Path]:
         else:
             (cgroup / "cpu.cfs_period_us").write_text("100000\n")
             (cgroup / "cpu.cfs_quota_us").write_text("100000\n")
+        # Whether a process may be moved in here (a container may refuse).
+        probe = subprocess.Popen(["sleep", "30"])
+        try:
+            (cgroup / "cgroup.procs").write_text(f"{probe.pid}\n")
+        finally:
+            probe.kill()
+            probe.wait()
     except OSError as error:
-        pytest.skip(f"cannot make a cgroup under {parent}: {error}")
-    yield cgroup
-    cgroup.rmdir()
+        problem = f"cannot use a cgroup under {parent}: {error}"
+    if not problem:
+        yield cgroup
+    if cgroup.exists():
+        cgroup.rmdir()
+    if problem:
+        pytest.skip(problem)
 
 
 def quota_worker(ctx: WorkerContext, cgroup: str) -> tuple[int, int, int]:
