@@ -22,4 +22,9 @@ inline size_t chunkElements(size_t chunkBytes, size_t elementBytes) {
   return std::max<size_t>(1, chunkBytes / elementBytes);
 }
 
+// How much of [begin, begin + length) lies within a span of `count`.
+inline size_t clipped(size_t count, size_t begin, size_t length) {
+  return begin >= count ? 0 : std::min(length, count - begin);
+}
+
 } // namespace monarch

@@ -22,6 +22,7 @@
 #include <functional>
 #include <vector>
 
+#include "algorithms/chunks.h"
 #include "algorithms/parallel.h"
 #include "algorithms/reduce_kernels.h"
 #include "algorithms/shared_memory.h"
@@ -50,11 +51,6 @@ size_t tileElements(size_t piece, size_t elem, size_t messageBytes) {
   const size_t least = messageBytes >= kLargeMessageBytes ? kLargeTileBytes : kMinTileBytes;
   const size_t bytes = std::max(least, (piece * elem + SharedRegions::kMaxTiles - 1) / SharedRegions::kMaxTiles);
   return (bytes + kSlotAlignment - 1) / kSlotAlignment * kSlotAlignment / elem;
-}
-
-// Elements [begin, begin + length) of a span of `count`, clipped.
-size_t clipped(size_t count, size_t begin, size_t length) {
-  return begin >= count ? 0 : std::min(length, count - begin);
 }
 
 // One round: the rank's threads publish its tiles (publish(tile)), marking

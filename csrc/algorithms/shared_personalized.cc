@@ -26,10 +26,10 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <string>
 #include <vector>
 
+#include "algorithms/chunks.h"
 #include "algorithms/parallel.h"
 #include "algorithms/shared_memory.h"
 #include "algorithms/shared_signature.h"
@@ -128,11 +128,6 @@ namespace {
 struct BlockEntry {
   uint64_t bytes;
 };
-
-// Elements [begin, begin + length) of a span of `count`, clipped.
-size_t clipped(size_t count, size_t begin, size_t length) {
-  return begin >= count ? 0 : std::min(length, count - begin);
-}
 
 } // namespace
 
