@@ -138,7 +138,7 @@ bool sharedReduceScatter(
   }
   // A rank's slot holds, per round, a piece of each peer's block, in rank
   // order without its own.
-  const size_t pieceBytes = slotBytes(*regions) / (n - 1) / kSlotAlignment * kSlotAlignment;
+  const size_t pieceBytes = piecePerPeer(slotBytes(*regions), n);
   const size_t piece = pieceBytes / elem;
   if (piece == 0) {
     return false; // more ranks than a slot has room for (a tiny Options.shm_segment_bytes)
@@ -146,7 +146,6 @@ bool sharedReduceScatter(
   agreeThroughSharedMemory(links, *regions);
   const auto* source = static_cast<const char*>(in);
   auto* result = static_cast<char*>(out);
-  auto position = [](int block, int owner) { return block < owner ? block : block - 1; };
   const size_t tile = tileElements(piece, elem, messageBytes);
   const bool streaming = writesResultsStreaming(messageBytes);
   for (size_t begin = 0; begin < blocks.maxCount(); begin += piece, ++regions->rounds) {
@@ -158,7 +157,7 @@ bool sharedReduceScatter(
         const size_t count = clipped(blocks.counts[block], at, std::min(tile, begin + length - at));
         if (block != r && count > 0) {
           std::memcpy(
-              mine + position(block, r) * pieceBytes + t * tile * elem, source + (blocks.offsets[block] + at) * elem,
+              mine + placeInSlot(block, r) * pieceBytes + t * tile * elem, source + (blocks.offsets[block] + at) * elem,
               count * elem);
         }
       }
@@ -174,7 +173,7 @@ bool sharedReduceScatter(
       std::vector<const void*> peers;
       for (int peer = 0; peer < n; ++peer) {
         if (peer != r) {
-          peers.push_back(slotOf(*regions, peer) + position(r, peer) * pieceBytes + t * tile * elem);
+          peers.push_back(slotOf(*regions, peer) + placeInSlot(r, peer) * pieceBytes + t * tile * elem);
         }
       }
       reduceAllFrom(result + at * elem, source + (blocks.offsets[r] + at) * elem, peers, count, type, kind, streaming);

@@ -82,7 +82,7 @@ bool sharedScatter(
   }
   // The root's slot carries a piece of each peer's block per round, in rank
   // order without the root's own.
-  const size_t piece = slotBytes(*regions) / std::max(1, n - 1) / kSlotAlignment * kSlotAlignment;
+  const size_t piece = piecePerPeer(slotBytes(*regions), n);
   if (piece == 0) {
     return false; // more ranks than a slot has room for (a tiny Options.shm_segment_bytes)
   }
@@ -94,7 +94,6 @@ bool sharedScatter(
   if (n > 2 && bytes > piece) {
     return false;
   }
-  auto position = [root](int peer) { return static_cast<size_t>(peer < root ? peer : peer - 1); };
   auto* dest = static_cast<char*>(out);
   size_t begin = 0;
   do {
@@ -104,7 +103,8 @@ bool sharedScatter(
       std::vector<CopySpan> spans;
       for (int peer = 0; peer < n; ++peer) {
         if (peer != r) {
-          spans.push_back({rootSlot + position(peer) * piece, static_cast<const char*>(ins[peer]) + begin, length});
+          const char* from = static_cast<const char*>(ins[peer]) + begin;
+          spans.push_back({rootSlot + placeInSlot(peer, root) * piece, from, length});
         } else if (begin == 0 && ins[r] != out) {
           spans.push_back({out, ins[r], bytes});
         }
@@ -113,7 +113,7 @@ bool sharedScatter(
     }
     meetForRound(links, *regions, begin == 0);
     if (r != root) {
-      copySpans({{dest + begin, rootSlot + position(r) * piece, length}}, config.helpers);
+      copySpans({{dest + begin, rootSlot + placeInSlot(r, root) * piece, length}}, config.helpers);
     }
     begin += length;
     ++regions->rounds;
@@ -143,9 +143,7 @@ bool sharedAlltoall(
   const size_t headerBytes = (n * sizeof(BlockEntry) + kSlotAlignment - 1) / kSlotAlignment * kSlotAlignment;
   // A rank's slot carries, per round, a piece of the block for each peer in
   // rank order without its own, after the header.
-  const size_t piece = slotBytes(*regions) < headerBytes
-      ? 0
-      : (slotBytes(*regions) - headerBytes) / std::max(1, n - 1) / kSlotAlignment * kSlotAlignment;
+  const size_t piece = slotBytes(*regions) < headerBytes ? 0 : piecePerPeer(slotBytes(*regions) - headerBytes, n);
   size_t sending = 0;
   size_t receiving = 0;
   for (int peer = 0; peer < n; ++peer) {
@@ -156,7 +154,6 @@ bool sharedAlltoall(
   // enough for shared memory is each rank's own answer: the ranks take this
   // path only if every one's is yes, which they learn as they agree.
   const bool fits = std::max(sending, receiving) >= config.shmMinBytes && piece > 0;
-  auto position = [](int peer, int owner) { return static_cast<size_t>(peer < owner ? peer : peer - 1); };
   const auto* source = static_cast<const char*>(in);
   auto* dest = static_cast<char*>(out);
   // The round count follows from the largest block of any rank, which every
@@ -176,7 +173,7 @@ bool sharedAlltoall(
       for (int peer = 0; peer < n; ++peer) {
         if (peer != r) {
           spans.push_back(
-              {mine + headerBytes + position(peer, r) * piece, source + sendBlocks.offsets[peer] + begin,
+              {mine + headerBytes + placeInSlot(peer, r) * piece, source + sendBlocks.offsets[peer] + begin,
                clipped(sendBlocks.counts[peer], begin, piece)});
         }
       }
@@ -208,7 +205,7 @@ bool sharedAlltoall(
     for (int peer = 0; peer < n; ++peer) {
       if (peer != r) {
         spans.push_back(
-            {dest + recvBlocks.offsets[peer] + begin, slotOf(*regions, peer) + headerBytes + position(r, peer) * piece,
+            {dest + recvBlocks.offsets[peer] + begin, slotOf(*regions, peer) + headerBytes + placeInSlot(r, peer) * piece,
              clipped(recvBlocks.counts[peer], begin, piece)});
       }
     }

@@ -1,9 +1,10 @@
 #pragma once
 
 // The slots of the shared-memory collectives (shared_memory.cc,
-// shared_allreduce.cc, shared_blocks.cc): each round uses one half of every
+// shared_allreduce.cc, shared_blocks.cc, shared_personalized.cc): each round uses one half of every
 // rank's region, the next round the other.
 
+#include <algorithm>
 #include <cstddef>
 
 #include "algorithms/collectives.h"
@@ -11,6 +12,18 @@
 namespace monarch {
 
 constexpr size_t kSlotAlignment = 64;
+
+// `bytes` of a slot split into one aligned piece for each peer of its owner,
+// among `n` ranks (0 where they do not fit).
+inline size_t piecePerPeer(size_t bytes, int n) {
+  return bytes / static_cast<size_t>(std::max(1, n - 1)) / kSlotAlignment * kSlotAlignment;
+}
+
+// Which of those pieces in `owner`'s slot is `peer`'s: rank order, the owner
+// left out.
+inline size_t placeInSlot(int peer, int owner) {
+  return static_cast<size_t>(peer < owner ? peer : peer - 1);
+}
 
 // Whether an op of `bytes` (the whole message) writes its results with
 // streaming stores: the caller's buffers are then too large to stay in
