@@ -34,11 +34,11 @@ int ranksOnHost(const MonarchBackend::Membership& membership, uint64_t host) {
 // The group's threads where Options.threads is None: `torchThreads`, and at
 // least two where the CPUs this process may use (usableCpus: its affinity
 // and its cgroup's quota) number two for each of the group's ranks on the
-// host. One thread's copy is bound by its core's
-// outstanding misses, not by memory: at one torch thread per rank on a
-// 16-core host, a second thread made 16 and 64 MB allreduce, reduce-scatter
-// and allgather 1.2-2.3x faster at worlds 2-8 in most cells
-// (benchmarks/RESULTS.md); Gloo runs two threads per group as well.
+// host. One thread's copy is bound by its core's outstanding misses, not by
+// memory: at one torch thread per rank on a 16-core host, a second thread
+// made 16 and 64 MB allreduce, reduce-scatter and allgather 1.2-2.3x faster
+// at worlds 2-8 in most cells (benchmarks/RESULTS.md); Gloo runs two
+// threads per group as well.
 int poolThreads(const std::optional<int>& setting, int torchThreads, int ranksOnHost) {
   if (setting) {
     return *setting;
