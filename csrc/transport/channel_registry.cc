@@ -1,6 +1,5 @@
 #include "transport/channel_registry.h"
 
-
 namespace monarch {
 
 std::shared_ptr<Channel> ChannelRegistry::get(uint64_t id) {
@@ -29,6 +28,19 @@ void ChannelRegistry::release(uint64_t id) {
   std::lock_guard<std::mutex> guard(mutex_);
   channels_.erase(id);
   released_.insert(id);
+}
+
+bool ChannelRegistry::failed(uint64_t id, Status* why) {
+  std::shared_ptr<Channel> channel;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    auto it = channels_.find(id);
+    if (it == channels_.end()) {
+      return false;
+    }
+    channel = it->second;
+  }
+  return channel->errored(why);
 }
 
 size_t ChannelRegistry::size() {

@@ -22,6 +22,8 @@ class ChannelRegistry {
   // destroyed, whose late frames are dropped.
   std::shared_ptr<Channel> forIncoming(uint64_t id);
   void release(uint64_t id);
+  // Whether channel `id` exists and has failed; if so `why` is its failure.
+  bool failed(uint64_t id, Status* why);
   // Channels registered now (diagnostics).
   size_t size();
   void peerFailed(Connection* connection, const std::string& reason);

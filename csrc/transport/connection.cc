@@ -19,10 +19,6 @@ namespace {
 
 constexpr size_t kDiscardChunk = 64 * 1024;
 
-Status linkDown(int rank) {
-  return Status::error(ErrorKind::kPeerFailure, {rank}, "link to rank " + std::to_string(rank) + " is down");
-}
-
 } // namespace
 
 Connection::Connection(
@@ -76,9 +72,19 @@ void Connection::start() {
   }
 }
 
+Status Connection::groupFailureOr(uint64_t channel, Status own) {
+  Status groupFailure;
+  return channels_->failed(channel, &groupFailure) ? groupFailure : own;
+}
+
+Status Connection::lossOf(uint64_t channel, int rank, const std::string& why) {
+  return groupFailureOr(
+      channel, Status::error(ErrorKind::kPeerFailure, {rank}, "lost rank " + std::to_string(rank) + ": " + why));
+}
+
 void Connection::postSend(const FrameHeader& header, const TransferPtr& transfer) {
   if (failed_) {
-    transfer->complete(linkDown(transfer->peerRank), -1);
+    transfer->complete(lossOf(header.channel, transfer->peerRank, "the link is down"), -1);
     return;
   }
   for (const auto& path : paths_) {
@@ -106,7 +112,7 @@ void Connection::sendDescriptor(const FrameHeader& header, std::string descripto
   const size_t size = descriptor.size();
   enqueue(Outgoing{announce, nullptr, size, nullptr, std::move(descriptor)});
   if (failed_) {
-    transfer->complete(linkDown(transfer->peerRank), -1);
+    transfer->complete(lossOf(header.channel, transfer->peerRank, "the link is down"), -1);
   }
 }
 
@@ -181,6 +187,9 @@ void Connection::readPayload(
     }
     // Acknowledged whatever happened: the sender's buffer is no longer needed.
     self->sendReadDone(header, false);
+    if (!result.ok()) {
+      result = self->groupFailureOr(header.channel, std::move(result));
+    }
     target->complete(std::move(result), rank);
   });
 }
@@ -207,7 +216,6 @@ void Connection::sendControl(const FrameHeader& header, std::string payload) {
 
 void Connection::enqueue(Outgoing outgoing) {
   std::vector<TransferPtr> finished;
-  std::string error;
   {
     std::lock_guard<std::mutex> guard(sendMutex_);
     if (!failed_) {
@@ -218,24 +226,21 @@ void Connection::enqueue(Outgoing outgoing) {
         queued.data = queued.ownedPayload.data();
       }
       if (sendQueue_.size() == 1) {
-        finished = flushLocked(&error);
+        finished = flushLocked();
       }
     }
   }
   if (failed_ && outgoing.transfer) {
-    outgoing.transfer->complete(linkDown(outgoing.transfer->peerRank), -1);
+    outgoing.transfer->complete(lossOf(outgoing.header.channel, outgoing.transfer->peerRank, "the link is down"), -1);
   }
   for (auto& transfer : finished) {
     transfer->complete({}, transfer->peerRank);
   }
-  if (!error.empty()) {
-    fail(error);
-  }
 }
 
-std::vector<TransferPtr> Connection::flushLocked(std::string* error) {
+std::vector<TransferPtr> Connection::flushLocked() {
   std::vector<TransferPtr> finished;
-  while (!sendQueue_.empty()) {
+  while (!sendQueue_.empty() && sendError_.empty()) {
     Outgoing& head = sendQueue_.front();
     const size_t headerBytes = sizeof(FrameHeader);
     iovec iov[2];
@@ -261,7 +266,12 @@ std::vector<TransferPtr> Connection::flushLocked(std::string* error) {
       if (errno == EINTR) {
         continue;
       }
-      *error = std::string("send failed: ") + std::strerror(errno);
+      // The link is gone, but what the peer sent before it went may still
+      // be unread here: an error notice saying which rank failed first. The
+      // loop thread reads all of it, then fails the link (onEvents); the
+      // write interest wakes it, as the socket's error does.
+      sendError_ = std::string("send failed: ") + std::strerror(errno);
+      setWriteInterest(true);
       return finished;
     }
     head.sent += static_cast<size_t>(n);
@@ -285,29 +295,35 @@ void Connection::setWriteInterest(bool enabled) {
 }
 
 void Connection::onEvents(uint32_t events) {
-  std::string error;
-  if (events & EPOLLOUT) {
-    std::vector<TransferPtr> finished;
-    {
-      std::lock_guard<std::mutex> guard(sendMutex_);
-      finished = flushLocked(&error);
+  std::vector<TransferPtr> finished;
+  std::string sendError;
+  {
+    std::lock_guard<std::mutex> guard(sendMutex_);
+    if (events & EPOLLOUT) {
+      finished = flushLocked();
     }
-    for (auto& transfer : finished) {
-      transfer->complete({}, transfer->peerRank);
-    }
+    sendError = sendError_;
   }
-  if (error.empty() && (events & (EPOLLIN | EPOLLHUP | EPOLLERR))) {
+  for (auto& transfer : finished) {
+    transfer->complete({}, transfer->peerRank);
+  }
+  std::string error;
+  if (!sendError.empty() || (events & (EPOLLIN | EPOLLHUP | EPOLLERR))) {
+    // After a send failed: up to the end of what the peer sent.
     readAvailable(&error);
   }
+  if (error.empty()) {
+    error = sendError;
+  }
   if (!error.empty() || failed_) {
-    // Runs on the loop thread: the frame being received can be failed too.
+    loop_->remove(socket_.fd());
+    const std::string reason = error.empty() ? "link closed" : error;
+    fail(reason);
+    // Runs on the loop thread: the frame being received fails too.
     if (rxTarget_) {
-      rxTarget_->complete(
-          Status::error(ErrorKind::kPeerFailure, {rxTarget_->peerRank}, "link broke mid-frame: " + error), -1);
+      rxTarget_->complete(lossOf(rxHeader_.channel, rxTarget_->peerRank, "link broke mid-frame: " + reason), -1);
       rxTarget_.reset();
     }
-    loop_->remove(socket_.fd());
-    fail(error.empty() ? "link closed" : error);
   }
 }
 
@@ -488,36 +504,39 @@ void Connection::fail(const std::string& reason) {
                      << (departed ? "closed after goodbye" : "failed: " + reason);
   // Wakes the loop thread, which fails the frame it is receiving.
   ::shutdown(socket_.fd(), SHUT_RDWR);
-  std::vector<TransferPtr> pending;
+  std::vector<std::pair<uint64_t, TransferPtr>> pending; // with its channel
   {
     std::lock_guard<std::mutex> guard(sendMutex_);
     for (auto& outgoing : sendQueue_) {
       if (outgoing.transfer) {
-        pending.push_back(std::move(outgoing.transfer));
+        pending.emplace_back(outgoing.header.channel, std::move(outgoing.transfer));
       }
     }
     sendQueue_.clear();
-    for (auto& entry : awaitingRead_) {
-      pending.insert(pending.end(), entry.second.begin(), entry.second.end());
+    for (auto& [key, transfers] : awaitingRead_) {
+      for (auto& transfer : transfers) {
+        pending.emplace_back(std::get<0>(key), std::move(transfer));
+      }
     }
     awaitingRead_.clear();
-    for (auto& entry : awaitingResend_) {
-      pending.push_back(std::move(entry.second));
+    for (auto& [key, transfer] : awaitingResend_) {
+      pending.emplace_back(std::get<0>(key), std::move(transfer));
     }
     awaitingResend_.clear();
   }
   for (const auto& path : paths_) {
     path->linkFailed(reason); // its reads in flight end (and see failed_)
   }
-  for (auto& transfer : pending) {
-    int rank = transfer->peerRank;
-    transfer->complete(
-        Status::error(ErrorKind::kPeerFailure, {rank}, "lost rank " + std::to_string(rank) + ": " + reason), -1);
-  }
+  // The groups fail first: a group that had already failed for another
+  // reason (a notice that came in before the link went) keeps that reason,
+  // and its pending transfers on this link report it, not this link.
   if (departed) {
     channels_->peerDeparted(this);
   } else {
     channels_->peerFailed(this, reason);
+  }
+  for (auto& [channel, transfer] : pending) {
+    transfer->complete(lossOf(channel, transfer->peerRank, reason), -1);
   }
 }
 
@@ -531,16 +550,15 @@ void Connection::closeGracefully(Deadline deadline) {
   if (failed_) {
     return;
   }
-  std::string error;
   {
     std::lock_guard<std::mutex> guard(sendMutex_);
     FrameHeader goodbye = makeControlHeader(FrameKind::kGoodbye, 0, 0, 0);
     sendQueue_.push_back(Outgoing{goodbye, nullptr, 0, nullptr, {}});
-    while (!sendQueue_.empty() && error.empty() && Clock::now() < deadline) {
-      for (auto& transfer : flushLocked(&error)) {
+    while (!sendQueue_.empty() && sendError_.empty() && Clock::now() < deadline) {
+      for (auto& transfer : flushLocked()) {
         transfer->complete({}, transfer->peerRank);
       }
-      if (!sendQueue_.empty() && error.empty()) {
+      if (!sendQueue_.empty() && sendError_.empty()) {
         pollFor(socket_.fd(), POLLOUT, deadline);
       }
     }

@@ -81,10 +81,17 @@ class Connection : public PathLink, public std::enable_shared_from_this<Connecti
     size_t sent = 0; // header and payload bytes written so far
   };
 
-  // Writes queued frames until the socket would block. Returns the sends that
-  // finished, to be completed outside the lock.
-  std::vector<TransferPtr> flushLocked(std::string* error);
+  // Writes queued frames until the socket would block or a write fails
+  // (sendError_). Returns the sends that finished, to be completed outside
+  // the lock.
+  std::vector<TransferPtr> flushLocked();
   void enqueue(Outgoing outgoing);
+  // What a transfer of group `channel` that failed with `own` reports: the
+  // group's failure when it has one (a peer that closed its links, or let a
+  // read fail, because the group failed elsewhere is not the cause).
+  Status groupFailureOr(uint64_t channel, Status own);
+  // The same for a transfer to or from `rank` that this link's loss for `why` ended.
+  Status lossOf(uint64_t channel, int rank, const std::string& why);
   // A send whose payload the peer reads remotely completes on its ack.
   using ReadKey = std::tuple<uint64_t, bool, uint64_t, uint32_t>; // channel, p2p, seq, step
   static ReadKey readKeyOf(const FrameHeader& header);
@@ -116,6 +123,7 @@ class Connection : public PathLink, public std::enable_shared_from_this<Connecti
   PayloadPath* inline_ = nullptr; // the one of paths_ that sends everything inline
   std::mutex sendMutex_;
   std::deque<Outgoing> sendQueue_;
+  std::string sendError_; // guarded by sendMutex_: the first write that failed; none follows it
   bool writeInterest_ = false;
   std::map<ReadKey, std::deque<TransferPtr>> awaitingRead_; // guarded by sendMutex_
   // Receives whose read failed, waiting for the payload inline.
