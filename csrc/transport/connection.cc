@@ -181,7 +181,7 @@ void Connection::readPayload(
   path->read(descriptor, target, rank, [self, path, header, target, rank](Status result, bool resendInline) {
     if (!result.ok() && resendInline) {
       if (!self->askResend(*path, header, target, result)) {
-        target->complete(std::move(result), -1);
+        target->complete(self->groupFailureOr(header.channel, std::move(result)), -1);
       }
       return;
     }
