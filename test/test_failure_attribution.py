@@ -10,10 +10,17 @@ rank 2) still unread in front of the close, and rank 2's link closed too.
 Whichever it looks at first, its pending send to rank 1 and its next
 collective must fail with PeerFailureError naming rank 2: rank 1 only left
 because rank 2 died.
+
+The same with the data the other way, through the remote read of one host:
+rank 0 stops with a large irecv posted, rank 1 sends (a descriptor of its
+buffer), kills rank 2, aborts and frees the buffer. Rank 0's read of it then
+fails, before rank 0 has read the notice behind the descriptor; its receive
+must still name rank 2.
 """
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 from datetime import timedelta
@@ -60,6 +67,44 @@ def attribution_worker(ctx: WorkerContext) -> list[str]:
     else:
         dist.recv(torch.empty(1), 0)  # never sent: this rank is killed waiting
     return problems
+
+
+def freed_buffer_worker(ctx: WorkerContext) -> list[str]:
+    ctx.init("monarch", timeout=timedelta(seconds=30))
+    store = ctx.store()
+    store.set(f"pid/{ctx.rank}", str(os.getpid()))
+    dist.barrier()
+    problems: list[str] = []
+    if ctx.rank == 0:
+        receiving = dist.irecv(torch.empty(STREAM_BYTES // 4), 1)
+        os.kill(os.getpid(), signal.SIGSTOP)  # rank 1 resumes it
+        _expect_victim_named("the receive from the rank that aborted", attempt(receiving.wait), problems)
+    elif ctx.rank == 1:
+        slow = int(store.get("pid/0"))
+        wait_until(lambda: process_state(slow) == "T", 30, "rank 0 to stop itself")
+        # Sent while rank 0 is stopped: it reads the descriptor only once resumed.
+        buffer = torch.ones(STREAM_BYTES // 4)
+        sending = dist.isend(buffer, 0)
+        kill_and_wait(int(store.get(f"pid/{VICTIM}")))
+        _expect_victim_named("the all_reduce", attempt(lambda: dist.all_reduce(torch.ones(4))), problems)
+        backend_of(dist.group.WORLD).abort()
+        attempt(sending.wait)  # failed by the abort
+        # The last references: the allocator gives the pages back to the system.
+        del sending, buffer
+        gc.collect()
+        os.kill(slow, signal.SIGCONT)
+    else:
+        dist.recv(torch.empty(1), 0)  # never sent: this rank is killed waiting
+    return problems
+
+
+def test_read_of_a_freed_buffer_names_the_failed_rank() -> None:
+    env = {**transport_env("auto"), "MONARCH_HEARTBEAT_TIMEOUT": "60"}
+    results = run_workers(freed_buffer_worker, 3, timeout=90, env=env)
+    assert results[VICTIM].exit_code == -signal.SIGKILL, results[VICTIM]
+    for result in results[:VICTIM]:
+        assert result.ok, f"rank {result.rank}: {result}"
+        assert not result.value, f"rank {result.rank}: {result.value}"
 
 
 @pytest.mark.parametrize("transport", ["tcp", "auto"])

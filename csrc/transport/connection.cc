@@ -9,6 +9,7 @@
 #include <cstring>
 #include <new>
 #include <stdexcept>
+#include <utility>
 
 #include "common/logging.h"
 #include "transport/event_loop.h"
@@ -187,6 +188,14 @@ void Connection::readPayload(
     }
     // Acknowledged whatever happened: the sender's buffer is no longer needed.
     self->sendReadDone(header, false);
+    if (!result.ok() && self->loop_->onLoopThread()) {
+      // A sender that gave up on its group after a failure elsewhere freed
+      // the buffer, but told this rank first: its notice may sit behind this
+      // frame. The failure is reported once the loop has read what came
+      // (onEvents).
+      self->failedReads_.push_back(FailedRead{header.channel, target, std::move(result), rank});
+      return;
+    }
     if (!result.ok()) {
       result = self->groupFailureOr(header.channel, std::move(result));
     }
@@ -324,6 +333,9 @@ void Connection::onEvents(uint32_t events) {
       rxTarget_->complete(lossOf(rxHeader_.channel, rxTarget_->peerRank, "link broke mid-frame: " + reason), -1);
       rxTarget_.reset();
     }
+  }
+  for (auto& read : std::exchange(failedReads_, {})) {
+    read.target->complete(groupFailureOr(read.channel, std::move(read.status)), read.rank);
   }
 }
 

@@ -140,6 +140,15 @@ class Connection : public PathLink, public std::enable_shared_from_this<Connecti
   std::unique_ptr<char[]> rxBuffer_; // payload without a posted receive
   PayloadPath* rxPath_ = nullptr; // the read path whose descriptor the payload is
   char rxDescriptor_[kMaxPathDescriptor];
+  // Reads by a payload path that failed on this pass over the socket, to be
+  // completed at its end (readPayload).
+  struct FailedRead {
+    uint64_t channel;
+    TransferPtr target;
+    Status status;
+    int rank;
+  };
+  std::vector<FailedRead> failedReads_;
 };
 
 } // namespace monarch

@@ -28,6 +28,9 @@ class EventLoop {
   // Stops delivering events for `fd`; a handler call already running finishes.
   void remove(int fd);
   void stop();
+  bool onLoopThread() const {
+    return std::this_thread::get_id() == thread_.get_id();
+  }
 
  private:
   void run();
