@@ -75,7 +75,14 @@ NATIVE_CASES_LEFT_OUT: dict[str, str] = {
 # (TorchFT test module, TestCase, tests taken with their parameterized
 # expansions). Left out: tests of TorchFT's other groups
 # (Baby*, NCCL, dummy, torchcomms, native Gloo), Gloo's own timeout message,
-# and tests of mocks that make no group.
+# and tests of mocks that make no group. Also test_ddp_skip_init_sync: its
+# replicas are threads of one process that share torch's RNG, and INIT_LOCK
+# only keeps their seeded model builds apart, so one replica's first
+# torch.rand in its training loop can run inside the other's build; the two
+# then start from different weights, which init_sync=False never reconciles
+# (seen once here, on a loaded 2-core machine: the final biases 0.58 apart,
+# every step committed). The group does nothing there that test_ddp_healthy
+# does not check.
 SUITES: list[tuple[str, str, list[str]]] = [
     ("torchft.process_group_test", "ProcessGroupTest", ["test_gloo_apis", "test_functional_collectives"]),
     ("torchft.process_group_test", "NormalGlooMultiPgTest", ["test_collective"]),
@@ -87,7 +94,6 @@ SUITES: list[tuple[str, str, list[str]]] = [
             "test_ddp_healthy",
             "test_ddp_recovery_0_async_quorum",
             "test_ddp_recovery_1_sync_quorum",
-            "test_ddp_skip_init_sync",
             "test_ddp_recovery_multi_rank",
             "test_quorum_timeout",
             "test_manager_allreduce",
