@@ -280,6 +280,7 @@ std::vector<TransferPtr> Connection::flushLocked() {
       // loop thread reads all of it, then fails the link (onEvents); the
       // write interest wakes it, as the socket's error does.
       sendError_ = std::string("send failed: ") + std::strerror(errno);
+      sendFailed_ = true;
       setWriteInterest(true);
       return finished;
     }
@@ -305,16 +306,18 @@ void Connection::setWriteInterest(bool enabled) {
 
 void Connection::onEvents(uint32_t events) {
   std::vector<TransferPtr> finished;
-  std::string sendError;
-  {
+  if (events & EPOLLOUT) {
     std::lock_guard<std::mutex> guard(sendMutex_);
-    if (events & EPOLLOUT) {
-      finished = flushLocked();
-    }
-    sendError = sendError_;
+    finished = flushLocked();
   }
   for (auto& transfer : finished) {
     transfer->complete({}, transfer->peerRank);
+  }
+  // Not the lock on every event: a sender may hold it for a long write.
+  std::string sendError;
+  if (sendFailed_) {
+    std::lock_guard<std::mutex> guard(sendMutex_);
+    sendError = sendError_;
   }
   std::string error;
   if (!sendError.empty() || (events & (EPOLLIN | EPOLLHUP | EPOLLERR))) {

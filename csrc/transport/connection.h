@@ -124,6 +124,7 @@ class Connection : public PathLink, public std::enable_shared_from_this<Connecti
   std::mutex sendMutex_;
   std::deque<Outgoing> sendQueue_;
   std::string sendError_; // guarded by sendMutex_: the first write that failed; none follows it
+  std::atomic<bool> sendFailed_{false}; // set with sendError_, read without the lock
   bool writeInterest_ = false;
   std::map<ReadKey, std::deque<TransferPtr>> awaitingRead_; // guarded by sendMutex_
   // Receives whose read failed, waiting for the payload inline.
