@@ -46,10 +46,14 @@ several, counting bytes read plus bytes written), first
 alone, one rank after the other, then all ranks at once; the machine's
 aggregate rate is the sum of the rates measured at once. That is the rate
 of memory (DRAM). Every rank then copies a buffer of each
-measured size at once: the ops reuse their buffers from one iteration to the
-next, so at a size whose buffers fit in the caches an op is bounded by the
-caches' rate, not by memory's, and the bound of an op uses the aggregate rate
-at its size.
+measured size at once, split among the group's threads and again among
+those plus the transport's: the ops reuse their buffers from one iteration
+to the next, so at a size whose buffers fit in the caches an op is bounded by
+the caches' rate, not by memory's, and the bound of an op uses the aggregate
+rate at its size and at the threads it copies on. An op copies on the
+transport's thread too where it moves payload over the links (remote reads,
+TCP, RDMA: counted by ``transport_bytes()`` around its warm-up); an op that
+goes through shared memory copies on the group's threads alone.
 The memory model (``MEMORY_MODEL``; benchmarks/RESULTS.md) gives the bytes
 the whole machine must read and write for an op: every rank's input once and
 every rank's output once, whichever rank's threads move them (a peer may
@@ -101,6 +105,8 @@ MEMCPY_MIN_BYTES = 64 * MIB
 # it an op takes as long either way.
 LATENCY_MAX_BYTES = 1 * MIB
 MONARCH = "monarch"
+# The payload bytes of ``transport_bytes()`` (the other counter counts RDMA fallbacks).
+LINK_PAYLOAD_COUNTERS = ("tcp_sent", "remote_read", "rdma_read")
 
 
 # Bytes all ranks together must read plus write for an op on a full buffer
@@ -187,6 +193,11 @@ class Row:
     speedup: float
     # The memory model's time for this op over monarch's (1: at the bound).
     of_bound: float
+    # Copying threads per rank its bound counts: the group's, plus the transport's
+    # where the op moved payload over the links.
+    copy_threads: int
+    # The most payload bytes one rank moved over its links per op (remote reads, TCP, RDMA).
+    link_bytes_per_op: int
     monarch_rounds_us: list[float]
     peer_rounds_us: list[float]
     # Medians of ops waited on one at a time, up to LATENCY_MAX_BYTES; else None.
@@ -209,11 +220,12 @@ class Report:
     memcpy_gbps: float
     memcpy_aggregate_gbps: float
     memcpy_alone_gbps: float
-    # The aggregate rate with buffers of each measured size (the bound of that size's ops).
-    memcpy_aggregate_gbps_by_size: dict[int, float]
     torch_threads: int
     # Threads per rank the copies were also split among (the rates are the fastest).
     memcpy_threads: int
+    # The aggregate rate by copying threads per rank (the group's, and those plus the
+    # transport's), then by size: an op's bound uses the rate at its threads and size.
+    memcpy_aggregate_gbps_by_threads: dict[int, dict[int, float]]
     check: str
     rows: list[Row]
     # The share of the host's CPU time its hypervisor gave to others during the
@@ -237,8 +249,11 @@ class _Session:
     groups: dict[str, Any]
     dtype: Any
     device: Any
-    # The machine's read plus write GB/s with every rank copying buffers of each size at once.
-    memcpy_aggregate_gbps_by_size: dict[int, float] = field(default_factory=dict)
+    # The machine's read plus write GB/s with every rank copying buffers of each size at once,
+    # by the copying threads per rank.
+    memcpy_aggregate_gbps_by_threads: dict[int, dict[int, float]] = field(default_factory=dict)
+    # The monarch group's copying threads per rank (1 on a GPU).
+    group_threads: int = 1
 
     @property
     def peer(self) -> str:
@@ -276,11 +291,13 @@ def _worker(ctx: WorkerContext, config: BenchConfig) -> Optional[dict[str, Any]]
 
     # Each rank alone, one after the other; then every rank at once, as
     # they run the ops. On the CPU a rank's collectives copy on its monarch
-    # group's threads (as many as the group took) and on the transport's thread.
+    # group's threads (as many as the group took) and, for payloads over the
+    # links, on the transport's thread.
     memcpy_bytes = max(max(config.sizes), MEMCPY_MIN_BYTES)
-    copy_threads = 1
     if session.device.type == "cpu":
-        copy_threads = torch_monarch.backend_of(session.groups[MONARCH]).threads + 1
+        session.group_threads = torch_monarch.backend_of(session.groups[MONARCH]).threads
+    thread_counts = [session.group_threads, session.group_threads + 1] if session.device.type == "cpu" else [1]
+    copy_threads = thread_counts[-1]
     alone = float("nan")
     for rank in range(ctx.world_size):
         dist.barrier(group=session.control)
@@ -293,11 +310,15 @@ def _worker(ctx: WorkerContext, config: BenchConfig) -> Optional[dict[str, Any]]
     dist.all_gather(rates, local, group=session.control)
     alone_rates = [float(rate[0].item()) for rate in rates]
     at_once_rates = [float(rate[1].item()) for rate in rates]
-    for size in config.sizes:
-        dist.barrier(group=session.control)
-        rate = torch.tensor([_memcpy_bandwidth(size, session.device, spec.sync, copy_threads)], dtype=torch.float64)
-        dist.all_reduce(rate, group=session.control)
-        session.memcpy_aggregate_gbps_by_size[size] = float(rate.item())
+    for threads_per_rank in thread_counts:
+        by_size = session.memcpy_aggregate_gbps_by_threads.setdefault(threads_per_rank, {})
+        for size in config.sizes:
+            dist.barrier(group=session.control)
+            rate = torch.tensor(
+                [_memcpy_bandwidth(size, session.device, spec.sync, threads_per_rank)], dtype=torch.float64
+            )
+            dist.all_reduce(rate, group=session.control)
+            by_size[size] = float(rate.item())
 
     check = "skipped"
     if config.check_bytes > 0:
@@ -322,9 +343,9 @@ def _worker(ctx: WorkerContext, config: BenchConfig) -> Optional[dict[str, Any]]
         memcpy_gbps=statistics.median(at_once_rates),
         memcpy_aggregate_gbps=sum(at_once_rates),
         memcpy_alone_gbps=statistics.median(alone_rates),
-        memcpy_aggregate_gbps_by_size=dict(session.memcpy_aggregate_gbps_by_size),
         torch_threads=threads,
         memcpy_threads=copy_threads,
+        memcpy_aggregate_gbps_by_threads={t: dict(rates) for t, rates in session.memcpy_aggregate_gbps_by_threads.items()},
         check=check,
         rows=rows,
     )
@@ -474,8 +495,12 @@ def _measure(session: _Session, op_name: str, size: int) -> Row:
         for _ in range(config.warmup):
             issue().wait()
         spec.sync()
-    # One timed op per backend picks the iteration count, the same for both.
+    # One timed op per backend picks the iteration count, the same for both;
+    # monarch's says whether the op moves payload over the links.
+    moved_before = _link_bytes(session)
     per_op = [time_ops(issue, 1, control, spec.sync) for issue in issuers.values()]
+    link_bytes = _max_over_ranks(_link_bytes(session) - moved_before, control)
+    copy_threads = session.group_threads + (1 if link_bytes > 0 else 0)
     iterations = min(config.max_iters, max(config.min_iters, math.ceil(config.target_ms / 1e3 / max(per_op))))
 
     samples: dict[str, list[float]] = {backend: [] for backend in issuers}
@@ -492,7 +517,8 @@ def _measure(session: _Session, op_name: str, size: int) -> Row:
     peer_s = statistics.median(samples[peer])
     factor = op.bus_factor(config.world_size)
     algbw = nbytes / monarch_s / 1e9
-    bound_s = MEMORY_MODEL[op_name](nbytes, config.world_size) / (session.memcpy_aggregate_gbps_by_size[size] * 1e9)
+    rate = session.memcpy_aggregate_gbps_by_threads[copy_threads][size]
+    bound_s = MEMORY_MODEL[op_name](nbytes, config.world_size) / (rate * 1e9)
     return Row(
         op=op_name,
         size_bytes=nbytes,
@@ -504,6 +530,8 @@ def _measure(session: _Session, op_name: str, size: int) -> Row:
         peer_busbw_gbps=nbytes / peer_s / 1e9 * factor,
         speedup=peer_s / monarch_s,
         of_bound=bound_s / monarch_s,
+        copy_threads=copy_threads,
+        link_bytes_per_op=link_bytes,
         monarch_rounds_us=[round(t * 1e6, 2) for t in samples[MONARCH]],
         peer_rounds_us=[round(t * 1e6, 2) for t in samples[peer]],
         monarch_latency_us=_median_us([each.seconds_per_op for each in latencies[MONARCH]]),
@@ -511,6 +539,25 @@ def _measure(session: _Session, op_name: str, size: int) -> Row:
         monarch_slowest_op_us=_max_us([each.slowest_op for each in latencies[MONARCH]]),
         peer_slowest_op_us=_max_us([each.slowest_op for each in latencies[peer]]),
     )
+
+
+def _link_bytes(session: _Session) -> int:
+    """Payload bytes this rank's monarch group has moved over its host links so far (0 on a GPU)."""
+    import torch_monarch
+
+    if session.device.type != "cpu":
+        return 0
+    counters = torch_monarch.backend_of(session.groups[MONARCH]).transport_bytes()
+    return sum(counters[key] for key in LINK_PAYLOAD_COUNTERS)
+
+
+def _max_over_ranks(value: int, control: Any) -> int:
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor([value], dtype=torch.int64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=control)
+    return int(t.item())
 
 
 def _median_us(seconds: list[float]) -> Optional[float]:
@@ -589,8 +636,13 @@ def format_report(report: Report, config: BenchConfig) -> str:
         f"# memcpy read+write (the fastest of copy_ at {report.torch_threads} torch thread(s), memmove, streaming stores and "
         f"process_vm_readv on 1 or {report.memcpy_threads} thread(s), {format_size(report.memcpy_bytes)} per rank): {report.memcpy_alone_gbps:.2f} GB/s a rank alone, {report.memcpy_gbps:.2f} GB/s per rank "
         f"all at once (medians), {report.memcpy_aggregate_gbps:.2f} GB/s together",
-        "# memcpy together at each size (the bound of its ops): "
-        + ", ".join(f"{format_size(size)} {rate:.1f} GB/s" for size, rate in report.memcpy_aggregate_gbps_by_size.items()),
+        *(
+            f"# memcpy together at each size on {threads} thread(s) per rank: "
+            + ", ".join(f"{format_size(size)} {rate:.1f} GB/s" for size, rate in by_size.items())
+            for threads, by_size in report.memcpy_aggregate_gbps_by_threads.items()
+        ),
+        "# of bound counts the monarch group's copying threads, and the transport's too for the ops that moved "
+        "payload over the links: " + (", ".join(_link_ops(report)) or "none"),
         f"# correctness check: {report.check}",
         "# host steal (its CPU time the hypervisor gave to others during the run, /proc/stat): "
         + ("unknown" if report.host_steal_fraction is None else f"{report.host_steal_fraction * 100:.1f}%"),
@@ -604,6 +656,11 @@ def format_report(report: Report, config: BenchConfig) -> str:
     if report.device == "cuda" and report.rows:
         lines.append(_overhead_line(report))
     return "\n".join(lines)
+
+
+def _link_ops(report: Report) -> list[str]:
+    """The (op, size) cells whose bound counted the transport's thread."""
+    return [f"{row.op} {format_size(row.size_bytes)}" for row in report.rows if row.link_bytes_per_op > 0]
 
 
 def _overhead_line(report: Report) -> str:

@@ -30,6 +30,11 @@ def _run_table(*paths: Path) -> Any:
     return run_bounded(command, 60, repo_env())
 
 
+def _rates_by_threads(report: Any) -> dict[int, dict[int, float]]:
+    by_threads = report["memcpy_aggregate_gbps_by_threads"]  # JSON: keys are strings
+    return {int(t): {int(size): rate for size, rate in by_size.items()} for t, by_size in by_threads.items()}
+
+
 def test_collectives_benchmark_checks_and_measures_every_op(tmp_path: Path) -> None:
     command = [sys.executable, str(REPO_ROOT / "benchmarks" / "collectives.py"), "--world-size", "2",
                "--ops", ",".join(OPS), "--sizes", ",".join(str(s) for s in SIZES), "--rounds", "1", "--warmup", "1",
@@ -47,14 +52,19 @@ def test_collectives_benchmark_checks_and_measures_every_op(tmp_path: Path) -> N
     # One torch thread per rank: its copies are also timed split among the monarch group's threads (a second
     # where the ranks may use two CPUs each) and the transport's thread.
     assert report["memcpy_threads"] == (3 if _C.usable_cpus() >= 4 else 2)
-    # The bound of each size's ops uses the aggregate memcpy rate at that size.
-    assert {int(size) for size in report["memcpy_aggregate_gbps_by_size"]} == set(SIZES)
-    assert all(rate > 0 for rate in report["memcpy_aggregate_gbps_by_size"].values())
+    # The bound of each size's ops uses the aggregate memcpy rate at that size, at the group's copying threads
+    # and at those plus the transport's.
+    group_threads = report["memcpy_threads"] - 1
+    rates = _rates_by_threads(report)
+    assert set(rates) == {group_threads, group_threads + 1}, rates
+    assert all(set(by_size) == set(SIZES) and min(by_size.values()) > 0 for by_size in rates.values()), rates
     rows = {(row["op"], row["size_bytes"]): row for row in report["rows"]}
     assert set(rows) == {(op, size) for op in OPS for size in SIZES}
     for row in rows.values():
         assert row["monarch_us"] > 0 and row["peer_us"] > 0, row
         assert 0 < row["of_bound"], row
+        # Two ranks on one host: every op goes through shared memory, on the group's threads alone.
+        assert row["link_bytes_per_op"] == 0 and row["copy_threads"] == group_threads, row
         # Both sizes are small enough for the ops' latency (waited on one at a time) to be measured too.
         assert row["monarch_latency_us"] > 0 and row["peer_latency_us"] > 0, row
         # The slowest single op takes at least the time per op of its run, the mean of the same ops' times.
@@ -126,3 +136,23 @@ def test_host_steal_is_the_hypervisors_share_of_the_cpu_time(tmp_path: Path, mon
     assert steal_fraction(before, after) == pytest.approx(30 / 200)
     assert steal_fraction(None, after) is None
     assert cpu_times(str(tmp_path / "missing")) is None
+
+
+def test_an_op_over_the_links_counts_the_transport_thread_in_its_bound() -> None:
+    # TCP only: the payload goes over the links, copied by the transport's thread too.
+    command = [sys.executable, str(REPO_ROOT / "benchmarks" / "collectives.py"), "--world-size", "2",
+               "--ops", "allreduce", "--sizes", "256K", "--rounds", "1", "--warmup", "1", "--min-iters", "1",
+               "--max-iters", "2", "--check-size", "0", "--torch-threads", "1", "--transport", "tcp",
+               "--timeout", "100"]  # fmt: skip
+    result = run_bounded(command, 120, repo_env())
+    assert result.returncode == 0, result.stdout[-4000:]
+    line = next(l for l in result.stdout.splitlines() if l.startswith("JSON "))
+    report = json.loads(line[len("JSON ") :])
+    (row,) = report["rows"]
+    # An allreduce of 256 KiB sends at least each rank's half of it.
+    assert row["link_bytes_per_op"] >= 128 * 1024, row
+    assert row["copy_threads"] == report["memcpy_threads"], row
+    rate = _rates_by_threads(report)[row["copy_threads"]][256 * 1024]
+    want = 2 * 2 * 256 * 1024 / (rate * 1e9) / (row["monarch_us"] / 1e6)
+    assert row["of_bound"] == pytest.approx(want, rel=1e-6), (row, rate)
+    assert "allreduce 256K" in result.stdout.split("JSON ")[0]
