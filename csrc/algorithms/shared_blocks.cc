@@ -44,11 +44,20 @@ constexpr size_t kMinTileBytes = 16 * 1024;
 // slower).
 constexpr size_t kLargeMessageBytes = 16 * 1024 * 1024;
 constexpr size_t kLargeTileBytes = 256 * 1024;
+// But at least this many tiles a round: a reduce-scatter's round at world 8
+// carries 585 KiB of each block (a 4 MiB slot shared by seven peers), which
+// 256 KiB tiles cut in three, one or two for each copying thread, leaving
+// none to take until the round was all but published. Four were 1.07-1.27x
+// faster at 16 and 64 MB on the 16-core test machine, one and two threads
+// per rank (256 MB: 1.15x and 0.85x; benchmarks/RESULTS.md, "at least four
+// tiles a round").
+constexpr size_t kMinTilesPerRound = 4;
 
 // Elements per tile for a round that moves `piece` elements of each block
 // of a message of `messageBytes` (all blocks); the same on every rank.
 size_t tileElements(size_t piece, size_t elem, size_t messageBytes) {
-  const size_t least = messageBytes >= kLargeMessageBytes ? kLargeTileBytes : kMinTileBytes;
+  const size_t large = std::max(kMinTileBytes, std::min(kLargeTileBytes, piece * elem / kMinTilesPerRound));
+  const size_t least = messageBytes >= kLargeMessageBytes ? large : kMinTileBytes;
   const size_t bytes = std::max(least, (piece * elem + SharedRegions::kMaxTiles - 1) / SharedRegions::kMaxTiles);
   return (bytes + kSlotAlignment - 1) / kSlotAlignment * kSlotAlignment / elem;
 }
