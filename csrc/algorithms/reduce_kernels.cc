@@ -310,6 +310,25 @@ void reduceTiles(
 
 } // namespace
 
+void reduceToEach(
+    const std::vector<void*>& outs, const std::vector<const void*>& inputs, size_t count, DataType type,
+    ReduceKind kind, HelperPool* helpers, bool streaming) {
+  const size_t elem = elementSize(type);
+  const size_t tile = kTileBytes / elem;
+  const c10::ArrayRef<const void*> rest(inputs.data() + 1, inputs.size() - 1);
+  forEachSlice(count, elem, helpers, [&](size_t begin, size_t end) {
+    alignas(64) char scratch[kTileBytes];
+    for (size_t from = begin; from < end; from += tile) {
+      const size_t length = std::min(tile, end - from);
+      std::memcpy(scratch, static_cast<const char*>(inputs[0]) + from * elem, length * elem);
+      reduceTile(scratch, rest, from, length, type, kind);
+      for (void* out : outs) {
+        copyBytes(static_cast<char*>(out) + from * elem, scratch, length * elem, streaming);
+      }
+    }
+  });
+}
+
 void reduceInto(void* acc, const void* in, size_t count, DataType type, ReduceKind kind) {
   reduceTile(acc, {in}, 0, count, type, kind);
 }

@@ -34,6 +34,15 @@ void reduceAllFrom(
     void* out, const void* first, const std::vector<const void*>& inputs, size_t count, DataType type, ReduceKind kind,
     bool streaming);
 
+// Each of `outs` = inputs[0] (op) inputs[1] (op) ... in that order, tile by
+// tile through a scratch tile: every input of a tile is read before any
+// output of it is written, so an output may be one of the inputs. Split
+// into slices across `helpers` (null: on the caller alone); `streaming` as
+// copySpans'.
+void reduceToEach(
+    const std::vector<void*>& outs, const std::vector<const void*>& inputs, size_t count, DataType type,
+    ReduceKind kind, HelperPool* helpers, bool streaming);
+
 // Whether divideInPlace has `type`: the real floating point types.
 bool dividesInPlace(DataType type);
 

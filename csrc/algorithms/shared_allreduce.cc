@@ -10,10 +10,12 @@
 
 #include "algorithms/parallel.h"
 #include "algorithms/reduce_kernels.h"
+#include "algorithms/shared_direct.h"
 #include "algorithms/shared_memory.h"
 #include "algorithms/shared_signature.h"
 #include "algorithms/shared_slots.h"
 #include "common/helper_pool.h"
+#include "transport/shm/tensor_pool.h"
 
 namespace monarch {
 
@@ -197,7 +199,16 @@ bool sharedReduction(
   if (root >= 0 && links.rank() != root) {
     results = TiledRound::Results::kLeave;
   }
-  agreeThroughSharedMemory(links, *regions);
+  if (root < 0) {
+    std::vector<PoolSpan> tensors;
+    agreeThroughSharedMemory(
+        links, *regions, true, SharedTensorPool::instance().find(data, count * elem), &tensors);
+    if (directAllreduce(links, *regions, tensors, data, count, type, kind, config)) {
+      return true;
+    }
+  } else {
+    agreeThroughSharedMemory(links, *regions);
+  }
   for (size_t begin = 0; begin < count; begin += perRound, ++regions->rounds) {
     TiledRound round(
         *regions, links.size(), links.rank(), static_cast<char*>(data) + begin * elem, std::min(perRound, count - begin),

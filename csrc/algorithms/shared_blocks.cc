@@ -25,10 +25,12 @@
 #include "algorithms/chunks.h"
 #include "algorithms/parallel.h"
 #include "algorithms/reduce_kernels.h"
+#include "algorithms/shared_direct.h"
 #include "algorithms/shared_memory.h"
 #include "algorithms/shared_signature.h"
 #include "algorithms/shared_slots.h"
 #include "common/helper_pool.h"
+#include "transport/shm/tensor_pool.h"
 
 namespace monarch {
 
@@ -60,6 +62,11 @@ size_t tileElements(size_t piece, size_t elem, size_t messageBytes) {
   const size_t least = messageBytes >= kLargeMessageBytes ? large : kMinTileBytes;
   const size_t bytes = std::max(least, (piece * elem + SharedRegions::kMaxTiles - 1) / SharedRegions::kMaxTiles);
   return (bytes + kSlotAlignment - 1) / kSlotAlignment * kSlotAlignment / elem;
+}
+
+// Where the whole of a buffer laid out by `blocks` lies in this rank's pool.
+PoolSpan poolSpanOf(const void* data, const Partition& blocks, size_t elementBytes) {
+  return SharedTensorPool::instance().find(data, (blocks.offsets.back() + blocks.counts.back()) * elementBytes);
 }
 
 // One round: the rank's threads publish its tiles (publish(tile)), marking
@@ -152,7 +159,11 @@ bool sharedReduceScatter(
   if (piece == 0) {
     return false; // more ranks than a slot has room for (a tiny Options.shm_segment_bytes)
   }
-  agreeThroughSharedMemory(links, *regions);
+  std::vector<PoolSpan> inputs;
+  agreeThroughSharedMemory(links, *regions, true, poolSpanOf(in, blocks, elem), &inputs);
+  if (directReduceScatter(links, *regions, inputs, in, out, blocks, type, kind, config)) {
+    return true;
+  }
   const auto* source = static_cast<const char*>(in);
   auto* result = static_cast<char*>(out);
   const size_t tile = tileElements(piece, elem, messageBytes);
@@ -201,7 +212,13 @@ bool sharedAllgather(
   if (!regions) {
     return false;
   }
-  agreeThroughSharedMemory(links, *regions);
+  // The peers read this rank's block where `in` has it.
+  std::vector<PoolSpan> inputs;
+  agreeThroughSharedMemory(
+      links, *regions, true, SharedTensorPool::instance().find(in, blocks.counts[r] * elementBytes), &inputs);
+  if (directAllgather(links, *regions, inputs, in, out, blocks, elementBytes, config)) {
+    return true;
+  }
   const size_t piece = slotBytes(*regions) / elementBytes;
   const size_t tile = tileElements(piece, elementBytes, messageBytes);
   const auto* source = static_cast<const char*>(in);

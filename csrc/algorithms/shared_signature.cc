@@ -18,6 +18,7 @@ struct SignatureStamp {
   uint8_t dtype;
   uint8_t reduceOp;
   uint8_t fits;
+  PoolSpan span; // where the owner's buffer lies in its tensor pool (shared_direct.h)
 };
 static_assert(sizeof(SignatureStamp) <= kStampBytes, "a stamp must fit its place");
 
@@ -30,9 +31,16 @@ std::atomic<uint64_t>& agreedOf(const SharedRegions& regions, int rank) {
   return *reinterpret_cast<std::atomic<uint64_t>*>(stampsOf(regions, rank) + kStamps * kStampBytes);
 }
 
+// The owner's answer in everyRankCan: the op's sequence number, shifted,
+// with the answer in the low bit.
+std::atomic<uint64_t>& answerOf(const SharedRegions& regions, int rank) {
+  return *reinterpret_cast<std::atomic<uint64_t>*>(stampsOf(regions, rank) + (kStamps + 1) * kStampBytes);
+}
+
 } // namespace
 
-bool agreeThroughSharedMemory(Links& links, SharedRegions& regions, bool fits) {
+bool agreeThroughSharedMemory(
+    Links& links, SharedRegions& regions, bool fits, const PoolSpan& span, std::vector<PoolSpan>* spans) {
   const uint64_t seq = links.sequence();
   const int n = links.size();
   const int r = links.rank();
@@ -58,7 +66,12 @@ bool agreeThroughSharedMemory(Links& links, SharedRegions& regions, bool fits) {
   own.dtype = static_cast<uint8_t>(mine.dtype);
   own.reduceOp = mine.reduceOp;
   own.fits = fits ? 1 : 0;
+  own.span = span;
   regions.store(own.seq, seq);
+  if (spans) {
+    spans->assign(n, PoolSpan{});
+    (*spans)[r] = span;
+  }
   bool everyRankFits = fits;
   for (int peer = 0; peer < n; ++peer) {
     if (peer == r) {
@@ -75,9 +88,28 @@ bool agreeThroughSharedMemory(Links& links, SharedRegions& regions, bool fits) {
       links.failMismatch(peer, "called " + got.describe());
     }
     everyRankFits = everyRankFits && theirs.fits != 0;
+    if (spans) {
+      (*spans)[peer] = theirs.span;
+    }
   }
   regions.store(agreedOf(regions, r), seq);
   return everyRankFits;
+}
+
+bool everyRankCan(Links& links, SharedRegions& regions, bool can) {
+  const uint64_t asked = links.sequence() << 1;
+  regions.store(answerOf(regions, links.rank()), asked | (can ? 1 : 0));
+  for (int peer = 0; peer < links.size(); ++peer) {
+    if (peer != links.rank()) {
+      // Every rank answers once per op, in sequence order: a later answer
+      // cannot be there before this one is read, which the peer waits for.
+      const uint64_t answer = regions.await(
+          answerOf(regions, peer), [asked](uint64_t value) { return (value & ~uint64_t{1}) == asked; },
+          [peer](uint64_t) { return peer; });
+      can = can && (answer & 1) != 0;
+    }
+  }
+  return can;
 }
 
 void meetForRound(Links& links, SharedRegions& regions, bool firstRound) {

@@ -14,14 +14,24 @@
 // announcement (Links::announce) reach a rank here, which the channel
 // checks on arrival while this rank waits for the stamp.
 
+#include <vector>
+
 #include "algorithms/collectives.h"
 
 namespace monarch {
 
 // Publishes this rank's signature of the current op and returns once every
 // peer has published the same one; fails the group (Links::failMismatch)
-// otherwise.
-bool agreeThroughSharedMemory(Links& links, SharedRegions& regions, bool fits = true);
+// otherwise. Returns whether every rank's `fits` was true. `span` travels
+// with the signature, not compared: where this rank's buffer lies in its
+// tensor pool; a non-null `spans` receives every rank's, by rank.
+bool agreeThroughSharedMemory(
+    Links& links, SharedRegions& regions, bool fits = true, const PoolSpan& span = {},
+    std::vector<PoolSpan>* spans = nullptr);
+
+// Whether every rank's `can` is true, once each has said (a meeting of all
+// ranks, once per op, after the agreement).
+bool everyRankCan(Links& links, SharedRegions& regions, bool can);
 
 // The meeting before a round's readers copy out what its writers wrote: in
 // an op's first round the agreement on the op, in later ones a barrier.

@@ -42,12 +42,12 @@ inline SharedRegions* regionsFor(Links& links, size_t bytes, const AlgorithmConf
   return bytes >= config.shmMinBytes ? links.sharedRegions() : nullptr;
 }
 
-// Each region ends with the stamps of shared_signature.cc and the word
-// saying which op its owner last agreed on; the two halves of slots take
-// the rest.
+// Each region ends with the stamps of shared_signature.cc, the word saying
+// which op its owner last agreed on and its answer in everyRankCan; the two
+// halves of slots take the rest.
 constexpr size_t kStampBytes = kSlotAlignment;
 constexpr size_t kStamps = 2;
-constexpr size_t kStampAreaBytes = (kStamps + 1) * kStampBytes;
+constexpr size_t kStampAreaBytes = (kStamps + 2) * kStampBytes;
 
 inline size_t slotBytes(const SharedRegions& regions) {
   return (regions.bytesPerRegion() - kStampAreaBytes) / 2 / kSlotAlignment * kSlotAlignment;

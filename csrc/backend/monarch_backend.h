@@ -96,6 +96,14 @@ class MonarchBackend : public c10d::Backend {
   MONARCH_C10D_OPS_OVERRIDES
   c10::intrusive_ptr<c10d::Work> allreduce_sparse(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) override;
 
+  // CPU tensors in shared memory (transport/shm/tensor_pool.h), which the
+  // group's shared-memory collectives read and write in place: FSDP2's
+  // set_allocate_memory_from_process_group_for_comm allocates its buffers
+  // through these (pooled_tensors.cc). The CPU is device index -1
+  // (torch.device("cpu")); a CUDA device keeps its own allocator.
+  bool supportsTensorAlloc(c10::DeviceIndex deviceIdx) override;
+  at::Tensor allocateTensor(long size, at::TensorOptions options = {}) override;
+
   c10d::ErrorType getError() override;
   void abort() override;
   void shutdown() override;

@@ -16,6 +16,7 @@
 #include "backend/monarch_backend.h"
 #include "transport/rdma/rdma_endpoint.h"
 #include "transport/rdma/report.h"
+#include "transport/shm/tensor_pool.h"
 #include "contract/errors.h"
 #include "gpu/device_backend.h"
 #include "contract/gpu_route.h"
@@ -220,6 +221,10 @@ PYBIND11_MODULE(_C, module) {
       py::arg("dst"), py::arg("src"),
       "Copies src into dst on this thread with the streaming stores the collectives write large results with "
       "(benchmarks/collectives.py counts its rate in the memory bound).");
+  module.def(
+      "direct_ops", [] { return monarch::SharedTensorPool::instance().directOps(); },
+      "Collectives of this process, all groups together, that read and wrote tensors from allocate_tensor in "
+      "place, with no copy through the shared-memory slots.");
   module.def(
       "usable_cpus", &monarch::usableCpus,
       "CPUs this process may keep busy: its affinity mask, capped by its cgroup's CPU quota (rounded up).");

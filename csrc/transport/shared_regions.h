@@ -7,6 +7,19 @@
 
 namespace monarch {
 
+// Where an op's buffer lies in a rank's block of its SharedTensorPool
+// (transport/shm/tensor_pool.h); block 0 when it is not in one.
+struct PoolSpan {
+  int64_t pid = 0;
+  uint64_t block = 0;
+  uint64_t blockBytes = 0;
+  uint64_t offset = 0;
+
+  bool inPool() const {
+    return block != 0;
+  }
+};
+
 // Memory that every rank of a one-host group maps: one region per rank, the
 // same size for all, written by its owner and read by the others, and a
 // barrier that meets in that memory. The shared-memory algorithms
@@ -46,6 +59,11 @@ class SharedRegions {
       const std::atomic<uint64_t>& word,
       const std::function<bool(uint64_t)>& ready,
       const std::function<int(uint64_t)>& waitedOn) = 0;
+
+  // `rank`'s pool block of `span` mapped in this process, at the span's
+  // offset (the mapping is kept for the group's life); null, logged, when it
+  // cannot be mapped.
+  virtual char* poolBlock(int rank, const PoolSpan& span) = 0;
 
   uint64_t rounds = 0;
 };

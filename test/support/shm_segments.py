@@ -3,7 +3,8 @@ test_hierarchical.py): which monarch segments a process maps or left in
 /dev/shm, and a SIGKILL while the ranks loop allreduces that go through them.
 
 Segment names are ``monarch-<pid>-<endpoint>-<channel>``: one per process
-endpoint and group.
+endpoint and group; the blocks of a process's pooled tensors
+(allocate_tensor) are ``monarch-<pid>-pool-<block>``, named while it runs.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ __all__ = [
     "mapped_segments",
     "names_of",
     "pid_of",
+    "pool_names_of",
 ]
 
 SHM_DIR = "/dev/shm"
@@ -41,14 +43,23 @@ KILL_DETECT_BOUND_S = 0.5
 
 
 def names_of(pid: int) -> list[str]:
-    """Monarch segment names in /dev/shm created by process ``pid``."""
-    return [name for name in os.listdir(SHM_DIR) if name.startswith(f"monarch-{pid}-")]
+    """Names of the group segments in /dev/shm created by process ``pid``."""
+    prefix = f"monarch-{pid}-"
+    return [name for name in os.listdir(SHM_DIR) if name.startswith(prefix) and not name.startswith(prefix + "pool-")]
+
+
+def pool_names_of(pid: int) -> list[str]:
+    """Names in /dev/shm of process ``pid``'s pooled tensors' blocks."""
+    return [name for name in os.listdir(SHM_DIR) if name.startswith(f"monarch-{pid}-pool-")]
 
 
 def mapped_segments() -> set[str]:
-    """Paths of the monarch segments this process maps."""
+    """Paths of the monarch segments this process maps, its own pooled
+    tensors' blocks (which live as long as the process) left out."""
+    own_pool = f"/dev/shm/monarch-{os.getpid()}-pool-"
     with open("/proc/self/maps") as maps:
-        return {line.split(maxsplit=5)[5].strip() for line in maps if "/dev/shm/monarch-" in line}
+        paths = {line.split(maxsplit=5)[5].strip() for line in maps if "/dev/shm/monarch-" in line}
+    return {path for path in paths if not path.startswith(own_pool)}
 
 
 def pid_of(segment: str) -> int:
@@ -58,7 +69,8 @@ def pid_of(segment: str) -> int:
 
 def kill_worker(ctx: WorkerContext, layout: str = "", op: str = "all_reduce") -> dict[str, Any]:
     """The last rank SIGKILLs itself while every rank loops large allreduces
-    (``op`` "reduce_scatter": reduce-scatters) on the default group, each
+    (``op`` "reduce_scatter": reduce-scatters; "pooled_all_reduce":
+    allreduces of tensors from allocate_tensor) on the default group, each
     rank posing as host ``layout[rank]`` (empty: all on this one). Returns the
     survivor's problems and detection time."""
     baseline = settled_baseline()
@@ -75,7 +87,11 @@ def kill_worker(ctx: WorkerContext, layout: str = "", op: str = "all_reduce") ->
     expected = reference_reduce(inputs, "SUM")
     if op == "reduce_scatter":
         expected = expected.view(n, block)[ctx.rank]
-    output = torch.empty_like(expected)
+    if op == "pooled_all_reduce":
+        # Read and written in place by every rank (shared_direct.h), no slot in between.
+        output = backend_of(dist.group.WORLD).allocate_tensor(numel, dtype=torch.float32, device=torch.device("cpu"))
+    else:
+        output = torch.empty_like(expected)
 
     def run_op() -> None:
         if op == "reduce_scatter":

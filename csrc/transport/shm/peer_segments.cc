@@ -13,6 +13,7 @@
 
 #include "common/logging.h"
 #include "common/spin.h"
+#include "transport/shm/tensor_pool.h"
 
 namespace monarch {
 
@@ -233,6 +234,22 @@ void PeerSegments::store(std::atomic<uint64_t>& word, uint64_t value) {
     group.bell.fetch_add(1, std::memory_order_seq_cst);
     futexWakeAll(&group.bell);
   }
+}
+
+char* PeerSegments::poolBlock(int rank, const PoolSpan& span) {
+  auto key = std::make_pair(rank, span.block);
+  auto it = poolBlocks_.find(key);
+  if (it == poolBlocks_.end()) {
+    std::string error;
+    auto block = SharedSegment::open(poolBlockName(static_cast<pid_t>(span.pid), span.block), span.blockBytes, &error);
+    if (!block) {
+      MONARCH_LOG(kWarn) << "rank " << rank_ << ": cannot map rank " << rank
+                         << "'s pooled tensor, copying it through the slots: " << error;
+      return nullptr;
+    }
+    it = poolBlocks_.emplace(key, std::move(block)).first;
+  }
+  return it->second->data() + span.offset;
 }
 
 } // namespace monarch

@@ -5,7 +5,9 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "transport/links.h"
@@ -52,6 +54,7 @@ class PeerSegments : public SharedRegions {
       const std::atomic<uint64_t>& word,
       const std::function<bool(uint64_t)>& ready,
       const std::function<int(uint64_t)>& waitedOn) override;
+  char* poolBlock(int rank, const PoolSpan& span) override;
 
  private:
   PeerSegments(int rank, size_t bytesPerRegion, WaitCheck check)
@@ -62,6 +65,9 @@ class PeerSegments : public SharedRegions {
   const size_t bytesPerRegion_;
   const WaitCheck checkWhileWaiting_;
   std::vector<std::unique_ptr<SharedSegment>> segments_; // by rank
+  // The peers' pool blocks mapped so far, by (rank, block): a block number
+  // is never reused, so a mapping stays right for the group's life.
+  std::map<std::pair<int, uint64_t>, std::unique_ptr<SharedSegment>> poolBlocks_;
   uint32_t barriers_ = 0; // barriers this rank has entered (wraps)
 };
 
