@@ -89,7 +89,7 @@ from datetime import timedelta
 from typing import Any, Callable, Optional, Sequence
 
 from _harness import WorkerContext, run_workers_ok
-from _ops import OPS, element_count
+from _ops import OPS, Buffers, element_count
 from _timing import EachOp, time_each_op, time_ops
 
 __all__ = ["BenchConfig", "Row", "format_pair", "format_size", "main"]
@@ -178,6 +178,11 @@ class BenchConfig:
     monarch_env: dict[str, str] = field(default_factory=dict)
     # The backend compared against; empty: the device's (gloo, nccl).
     peer: str = ""
+    # Every op's tensors from the monarch group's allocate_tensor (CPU): the
+    # buffers FSDP2 allocates with set_allocate_memory_from_process_group_for_comm,
+    # which monarch's one-host allreduce, reduce-scatter and allgather read in
+    # place. Both backends run on the same tensors.
+    pooled: bool = False
 
 
 @dataclass
@@ -488,6 +493,8 @@ def _measure(session: _Session, op_name: str, size: int) -> Row:
     op = OPS[op_name]
     numel = element_count(size, session.dtype, config.world_size)
     buffers = op.buffers(numel, config.world_size, session.dtype, session.device, fill="zeros")
+    if config.pooled:
+        buffers = _pooled(buffers, session.groups[MONARCH])
     nbytes = numel * buffers.input.element_size()
     issuers = {backend: functools.partial(op.start, buffers, group) for backend, group in session.groups.items()}
 
@@ -539,6 +546,22 @@ def _measure(session: _Session, op_name: str, size: int) -> Row:
         monarch_slowest_op_us=_max_us([each.slowest_op for each in latencies[MONARCH]]),
         peer_slowest_op_us=_max_us([each.slowest_op for each in latencies[peer]]),
     )
+
+
+def _pooled(buffers: Buffers, group: Any) -> Buffers:
+    """The same buffers in tensors from ``group``'s allocate_tensor."""
+    import torch
+
+    import torch_monarch
+
+    backend = torch_monarch.backend_of(group)
+
+    def copy(tensor: torch.Tensor) -> torch.Tensor:
+        pooled = backend.allocate_tensor(tensor.numel(), dtype=tensor.dtype, device=tensor.device)
+        return pooled.copy_(tensor)
+
+    inp = copy(buffers.input)
+    return Buffers(input=inp, output=inp if buffers.output is buffers.input else copy(buffers.output))
 
 
 def _link_bytes(session: _Session) -> int:
@@ -632,7 +655,7 @@ def format_report(report: Report, config: BenchConfig) -> str:
     lines = [
         f"# collectives: device={report.device} world_size={report.world_size} dtype={report.dtype} "
         f"peer={report.peer} torch_threads/rank={report.torch_threads} host_cpus={os.cpu_count()} "
-        f"monarch_env={env}",
+        f"monarch_env={env}" + (" tensors=pooled (allocate_tensor)" if config.pooled else ""),
         f"# memcpy read+write (the fastest of copy_ at {report.torch_threads} torch thread(s), memmove, streaming stores and "
         f"process_vm_readv on 1 or {report.memcpy_threads} thread(s), {format_size(report.memcpy_bytes)} per rank): {report.memcpy_alone_gbps:.2f} GB/s a rank alone, {report.memcpy_gbps:.2f} GB/s per rank "
         f"all at once (medians), {report.memcpy_aggregate_gbps:.2f} GB/s together",
@@ -780,6 +803,12 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--rdma-provider", default="tcp;ofi_rxm", help="libfabric provider of --transport rdma (default %(default)s)"
     )
+    parser.add_argument(
+        "--pooled",
+        action="store_true",
+        help="every op's tensors from the monarch group's allocate_tensor (as FSDP2's "
+        "set_allocate_memory_from_process_group_for_comm), for both backends",
+    )
     parser.add_argument("--timeout", type=float, default=None, help="bound on the whole run, seconds")
     return parser
 
@@ -815,6 +844,7 @@ def _config_from_args(args: argparse.Namespace) -> BenchConfig:
         torch_threads=args.torch_threads,
         monarch_env={**_transport_env(args.transport, args.rdma_provider), **dict(args.monarch_env)},
         peer=args.peer or "",
+        pooled=args.pooled,
     )
 
 
