@@ -199,15 +199,12 @@ bool sharedReduction(
   if (root >= 0 && links.rank() != root) {
     results = TiledRound::Results::kLeave;
   }
-  if (root < 0) {
-    std::vector<PoolSpan> tensors;
-    agreeThroughSharedMemory(
-        links, *regions, true, SharedTensorPool::instance().find(data, count * elem), &tensors);
-    if (directAllreduce(links, *regions, tensors, data, count, type, kind, config)) {
-      return true;
-    }
-  } else {
-    agreeThroughSharedMemory(links, *regions);
+  // Only the allreduce runs in place on pooled tensors.
+  std::vector<PoolSpan> tensors;
+  const PoolSpan mine = root < 0 ? SharedTensorPool::instance().find(data, count * elem) : PoolSpan{};
+  agreeThroughSharedMemory(links, *regions, true, mine, &tensors);
+  if (root < 0 && directAllreduce(links, *regions, tensors, data, count, type, kind, config)) {
+    return true;
   }
   for (size_t begin = 0; begin < count; begin += perRound, ++regions->rounds) {
     TiledRound round(

@@ -63,9 +63,10 @@ std::string poolBlockName(pid_t pid, uint64_t block) {
 }
 
 SharedTensorPool& SharedTensorPool::instance() {
-  static SharedTensorPool pool;
+  // Never destroyed either, for the same reason as its state.
+  static SharedTensorPool* pool = new SharedTensorPool;
   static NamesRemovedAtExit remover;
-  return pool;
+  return *pool;
 }
 
 void* SharedTensorPool::allocate(size_t bytes, std::string* error) {
