@@ -88,6 +88,13 @@ py::dict errorClasses() {
   return classes;
 }
 
+// The benchmark's copy kernels take two contiguous CPU tensors of one size.
+void checkCopyArguments(const at::Tensor& dst, const at::Tensor& src, const char* name) {
+  TORCH_CHECK_VALUE(dst.device().is_cpu() && src.device().is_cpu(), name, " takes CPU tensors");
+  TORCH_CHECK_VALUE(dst.is_contiguous() && src.is_contiguous(), name, " takes contiguous tensors");
+  TORCH_CHECK_VALUE(dst.nbytes() == src.nbytes(), name, ": ", dst.nbytes(), " bytes into ", src.nbytes());
+}
+
 } // namespace
 } // namespace monarch
 
@@ -212,15 +219,31 @@ PYBIND11_MODULE(_C, module) {
   module.def(
       "streaming_copy",
       [](at::Tensor& dst, const at::Tensor& src) {
-        TORCH_CHECK_VALUE(dst.device().is_cpu() && src.device().is_cpu(), "streaming_copy takes CPU tensors");
-        TORCH_CHECK_VALUE(dst.is_contiguous() && src.is_contiguous(), "streaming_copy takes contiguous tensors");
-        TORCH_CHECK_VALUE(dst.nbytes() == src.nbytes(), "streaming_copy: ", dst.nbytes(), " bytes into ", src.nbytes());
+        monarch::checkCopyArguments(dst, src, "streaming_copy");
         py::gil_scoped_release released;
         monarch::copyBytes(dst.data_ptr(), src.data_ptr(), dst.nbytes(), /*streaming=*/true);
       },
       py::arg("dst"), py::arg("src"),
       "Copies src into dst on this thread with the streaming stores the collectives write large results with "
       "(benchmarks/collectives.py counts its rate in the memory bound).");
+  module.def(
+      "tiled_copy",
+      [](at::Tensor& dst, const at::Tensor& src) {
+        monarch::checkCopyArguments(dst, src, "tiled_copy");
+        py::gil_scoped_release released;
+        // The reductions store each 16 KiB tile of a result with one cached
+        // copy; glibc copies a whole large buffer with non-temporal stores
+        // instead, which skip the cache the ops' results stay in.
+        constexpr size_t kPiece = 16 * 1024;
+        auto* to = static_cast<char*>(dst.data_ptr());
+        const auto* from = static_cast<const char*>(src.data_ptr());
+        for (size_t offset = 0; offset < dst.nbytes(); offset += kPiece) {
+          monarch::copyBytes(to + offset, from + offset, std::min(kPiece, dst.nbytes() - offset), /*streaming=*/false);
+        }
+      },
+      py::arg("dst"), py::arg("src"),
+      "Copies src into dst on this thread 16 KiB at a time with cached stores, as the reductions write their "
+      "results below the streaming size (benchmarks/collectives.py counts its rate in the memory bound).");
   module.def(
       "direct_ops", [] { return monarch::SharedTensorPool::instance().directOps(); },
       "Collectives of this process, all groups together, that read and wrote tensors from allocate_tensor in "
