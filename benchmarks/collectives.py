@@ -36,7 +36,8 @@ whether a slow round is a few stalls or every op slower.
 
 The physical limit is memory bandwidth. Every rank measures its memcpy rate
 (the fastest of ``copy_`` with the rank's torch threads and, on the CPU,
-glibc's ``memmove``, the streaming-store copy and the kernel's
+glibc's ``memmove``, a copy in 16 KiB cached pieces, the streaming-store
+copy and the kernel's
 ``process_vm_readv``, each on one thread and split among the threads a
 rank's collectives copy on: its monarch group's threads (its ``threads``:
 ``--monarch-env MONARCH_THREADS``, else the backend's default) plus the
