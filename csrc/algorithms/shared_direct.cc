@@ -67,7 +67,10 @@ bool directAllgather(
   }
   auto* result = static_cast<char*>(out);
   std::vector<CopySpan> spans;
-  for (int rank = 0; rank < links.size(); ++rank) {
+  // From the next rank's block on: the ranks start on different sources
+  // rather than all reading rank 0's block at once.
+  for (int step = 1; step <= links.size(); ++step) {
+    const int rank = (links.rank() + step) % links.size();
     char* to = result + blocks.offsets[rank] * elementBytes;
     if (to != buffers[rank]) { // an in-place allgather's own block is there already
       spans.push_back({to, buffers[rank], blocks.counts[rank] * elementBytes});
