@@ -22,10 +22,6 @@ namespace monarch {
 
 namespace {
 
-// reduceAllInto's tile: a fraction of a core's L1 data cache, so that the
-// tile of acc stays there while every input streams past it.
-constexpr size_t kTileBytes = 16 * 1024;
-
 // Plain loops over __restrict pointers, which the compiler vectorises. The
 // input may be of a narrower type `In` that converts to T on the way in (a
 // bfloat16 input into a float accumulator).

@@ -9,6 +9,10 @@ namespace monarch {
 
 class HelperPool;
 
+// The reductions' tile: a fraction of a core's L1 data cache, so that the
+// tile of acc stays there while every input streams past it.
+constexpr size_t kTileBytes = 16 * 1024;
+
 // acc[i] = acc[i] (op) in[i] for `count` elements of `type`. The caller has
 // checked isReductionSupported(type, kind).
 void reduceInto(void* acc, const void* in, size_t count, DataType type, ReduceKind kind);

@@ -13,6 +13,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include "algorithms/parallel.h"
+#include "algorithms/reduce_kernels.h"
 #include "backend/monarch_backend.h"
 #include "transport/rdma/rdma_endpoint.h"
 #include "transport/rdma/report.h"
@@ -231,10 +232,10 @@ PYBIND11_MODULE(_C, module) {
       [](at::Tensor& dst, const at::Tensor& src) {
         monarch::checkCopyArguments(dst, src, "tiled_copy");
         py::gil_scoped_release released;
-        // The reductions store each 16 KiB tile of a result with one cached
-        // copy; glibc copies a whole large buffer with non-temporal stores
-        // instead, which skip the cache the ops' results stay in.
-        constexpr size_t kPiece = 16 * 1024;
+        // The reductions store each tile of a result with one cached copy;
+        // glibc copies a whole large buffer with non-temporal stores instead,
+        // which skip the cache the ops' results stay in.
+        constexpr size_t kPiece = monarch::kTileBytes;
         auto* to = static_cast<char*>(dst.data_ptr());
         const auto* from = static_cast<const char*>(src.data_ptr());
         for (size_t offset = 0; offset < dst.nbytes(); offset += kPiece) {
