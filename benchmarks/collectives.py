@@ -401,9 +401,10 @@ def _memcpy_bandwidth(nbytes: int, device: Any, sync: Callable[[], None], thread
     stores the reductions write their results with below the streaming
     size: an op whose buffers stay in the L3 can beat a whole-buffer
     memmove, whose non-temporal stores go to memory (a pooled allreduce of
-    16 MB at world 2 came out at 101% of a bound without it). Split among threads: a rank's collectives copy on its monarch
-    threads and, for the messages too large for shared memory, on the
-    transport's thread at the same time, and with one thread's copies in the
+    16 MB at world 2 came out at 101% of a bound without it). Split among
+    threads: a rank's collectives copy on its monarch threads and, for the
+    messages too large for shared memory, on the transport's thread at the
+    same time, and with one thread's copies in the
     bound an all_gather at 16 / world threads came out at 133% of it and an
     all_to_all at one thread at 114%. A small buffer is copied repeatedly
     within each timing (at least 4 MiB in all), so that the clock's

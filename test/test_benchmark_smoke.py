@@ -156,3 +156,19 @@ def test_an_op_over_the_links_counts_the_transport_thread_in_its_bound() -> None
     want = 2 * 2 * 256 * 1024 / (rate * 1e9) / (row["monarch_us"] / 1e6)
     assert row["of_bound"] == pytest.approx(want, rel=1e-6), (row, rate)
     assert "allreduce 256K" in result.stdout.split("JSON ")[0]
+
+
+@pytest.mark.parametrize("copy", [_C.streaming_copy, _C.tiled_copy], ids=["streaming", "tiled"])
+def test_the_bounds_copy_kernels_copy_every_byte_and_refuse_mismatched_tensors(copy: Any) -> None:
+    import torch
+
+    # Not a whole number of tiles or vectors, so the tails are copied too.
+    source = torch.randint(-1000, 1000, (3 * 16384 + 7,), dtype=torch.int32)
+    destination = torch.zeros_like(source)
+    copy(destination, source)
+    assert torch.equal(destination, source)
+    with pytest.raises(ValueError, match="bytes into"):
+        copy(destination[:-1], source)
+    with pytest.raises(ValueError, match="contiguous"):
+        copy(torch.zeros(2 * source.numel(), dtype=torch.int32)[::2], source)
+    assert torch.equal(destination, source)  # a refused copy wrote nothing
