@@ -54,7 +54,12 @@ the caches' rate, not by memory's, and the bound of an op uses the aggregate
 rate at its size and at the threads it copies on. An op copies on the
 transport's thread too where it moves payload over the links (remote reads,
 TCP, RDMA: counted by ``transport_bytes()`` around its warm-up); an op that
-goes through shared memory copies on the group's threads alone.
+goes through shared memory copies on the group's threads alone. Every rank
+also times a pass that rewrites a buffer of each size where it is, at the
+same threads: an op that writes its result over its input (allreduce,
+broadcast, reduce) may write lines it has just read, with no read of the
+destination first as a copy's cached stores do, and its bound uses the
+faster of the two rates.
 The memory model (``MEMORY_MODEL``; benchmarks/RESULTS.md) gives the bytes
 the whole machine must read and write for an op: every rank's input once and
 every rank's output once, whichever rank's threads move them (a peer may
@@ -232,6 +237,9 @@ class Report:
     # The aggregate rate by copying threads per rank (the group's, and those plus the
     # transport's), then by size: an op's bound uses the rate at its threads and size.
     memcpy_aggregate_gbps_by_threads: dict[int, dict[int, float]]
+    # The same for the in-place pass (``_in_place_bandwidth``), which the bound of
+    # an op that writes over its input also counts.
+    in_place_aggregate_gbps_by_threads: dict[int, dict[int, float]]
     check: str
     rows: list[Row]
     # The share of the host's CPU time its hypervisor gave to others during the
@@ -258,6 +266,8 @@ class _Session:
     # The machine's read plus write GB/s with every rank copying buffers of each size at once,
     # by the copying threads per rank.
     memcpy_aggregate_gbps_by_threads: dict[int, dict[int, float]] = field(default_factory=dict)
+    # The same for a pass that rewrites a buffer in place.
+    in_place_aggregate_gbps_by_threads: dict[int, dict[int, float]] = field(default_factory=dict)
     # The monarch group's copying threads per rank (1 on a GPU).
     group_threads: int = 1
 
@@ -317,14 +327,14 @@ def _worker(ctx: WorkerContext, config: BenchConfig) -> Optional[dict[str, Any]]
     alone_rates = [float(rate[0].item()) for rate in rates]
     at_once_rates = [float(rate[1].item()) for rate in rates]
     for threads_per_rank in thread_counts:
-        by_size = session.memcpy_aggregate_gbps_by_threads.setdefault(threads_per_rank, {})
+        copied = session.memcpy_aggregate_gbps_by_threads.setdefault(threads_per_rank, {})
+        rewritten = session.in_place_aggregate_gbps_by_threads.setdefault(threads_per_rank, {})
         for size in config.sizes:
-            dist.barrier(group=session.control)
-            rate = torch.tensor(
-                [_memcpy_bandwidth(size, session.device, spec.sync, threads_per_rank)], dtype=torch.float64
-            )
-            dist.all_reduce(rate, group=session.control)
-            by_size[size] = float(rate.item())
+            for by_size, bandwidth in ((copied, _memcpy_bandwidth), (rewritten, _in_place_bandwidth)):
+                dist.barrier(group=session.control)
+                rate = torch.tensor([bandwidth(size, session.device, spec.sync, threads_per_rank)], dtype=torch.float64)
+                dist.all_reduce(rate, group=session.control)
+                by_size[size] = float(rate.item())
 
     check = "skipped"
     if config.check_bytes > 0:
@@ -352,6 +362,9 @@ def _worker(ctx: WorkerContext, config: BenchConfig) -> Optional[dict[str, Any]]
         torch_threads=threads,
         memcpy_threads=copy_threads,
         memcpy_aggregate_gbps_by_threads={t: dict(rates) for t, rates in session.memcpy_aggregate_gbps_by_threads.items()},
+        in_place_aggregate_gbps_by_threads={
+            t: dict(rates) for t, rates in session.in_place_aggregate_gbps_by_threads.items()
+        },
         check=check,
         rows=rows,
     )
@@ -406,27 +419,13 @@ def _memcpy_bandwidth(nbytes: int, device: Any, sync: Callable[[], None], thread
     messages too large for shared memory, on the transport's thread at the
     same time, and with one thread's copies in the
     bound an all_gather at 16 / world threads came out at 133% of it and an
-    all_to_all at one thread at 114%. A small buffer is copied repeatedly
-    within each timing (at least 4 MiB in all), so that the clock's
-    resolution does not decide its rate.
+    all_to_all at one thread at 114%.
     """
     import torch
 
     src = torch.ones(nbytes, dtype=torch.uint8, device=device)
     dst = torch.zeros_like(src)
-    repeat = max(1, (4 * MIB) // nbytes)
-
-    def rate(copy: Callable[[], object]) -> float:
-        copy()  # fault in the pages, warm the code path
-        sync()
-        times = []
-        for _ in range(reps):
-            start = time.perf_counter()
-            for _ in range(repeat):
-                copy()
-            sync()
-            times.append(time.perf_counter() - start)
-        return 2 * nbytes * repeat / statistics.median(times) / 1e9
+    rate = functools.partial(_read_write_rate, nbytes=nbytes, sync=sync, reps=reps)
 
     copies: list[Callable[[], object]] = [lambda: dst.copy_(src)]
     if src.device.type != "cpu":
@@ -447,6 +446,54 @@ def _memcpy_bandwidth(nbytes: int, device: Any, sync: Callable[[], None], thread
             if threads > 1:
                 copies.append(_split(copy, nbytes, threads, pool))
         return max(rate(copy) for copy in copies)
+
+
+def _in_place_bandwidth(nbytes: int, device: Any, sync: Callable[[], None], threads: int, reps: int = 7) -> float:
+    """Read plus write GB/s of a pass that rewrites every word of an ``nbytes``
+    buffer where it is, on the rank's torch threads and split among ``threads``
+    threads, each the median of ``reps``.
+
+    An op that writes its result over its input (allreduce, broadcast,
+    reduce) may write lines it has just read, which needs no read-for-ownership, where a
+    copy's cached stores read each destination line first: on the 2-core
+    machine this pass ran at 1.3-2.5x the fastest copy on one thread at 1-64 MiB, and a
+    pooled allreduce of 16 MB at world 2 came out at 101-126% of a bound
+    without it (16-core host, 0a9db04).
+    """
+    import torch
+
+    buffer = torch.zeros(nbytes, dtype=torch.uint8, device=device)
+    rate = functools.partial(_read_write_rate, nbytes=nbytes, sync=sync, reps=reps)
+
+    def rewrite(offset: int, length: int) -> object:
+        piece = buffer[offset : offset + length]
+        words = length - length % 8  # whole words go faster; the tail byte by byte
+        piece[:words].view(torch.int64).bitwise_xor_(0)
+        return piece[words:].bitwise_xor_(0)
+
+    passes = [_whole(rewrite, nbytes)]
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        if threads > 1:
+            passes.append(_split(rewrite, nbytes, threads, pool))
+        return max(rate(rewrite_all) for rewrite_all in passes)
+
+
+def _read_write_rate(work: Callable[[], object], nbytes: int, sync: Callable[[], None], reps: int) -> float:
+    """GB/s of ``work`` that reads and writes ``nbytes`` each: the median of
+    ``reps`` timings. A small buffer is worked on repeatedly within each
+    timing (at least 4 MiB in all), so that the clock's resolution does not
+    decide its rate."""
+    repeat = max(1, (4 * MIB) // nbytes)
+    work()  # fault in the pages, warm the code path
+    sync()
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        for _ in range(repeat):
+            work()
+        sync()
+        times.append(time.perf_counter() - start)
+    return 2 * nbytes * repeat / statistics.median(times) / 1e9
 
 
 def _whole(copy: _SliceCopy, nbytes: int) -> Callable[[], object]:
@@ -532,6 +579,8 @@ def _measure(session: _Session, op_name: str, size: int) -> Row:
     factor = op.bus_factor(config.world_size)
     algbw = nbytes / monarch_s / 1e9
     rate = session.memcpy_aggregate_gbps_by_threads[copy_threads][size]
+    if op.in_place:
+        rate = max(rate, session.in_place_aggregate_gbps_by_threads[copy_threads][size])
     bound_s = MEMORY_MODEL[op_name](nbytes, config.world_size) / (rate * 1e9)
     return Row(
         op=op_name,
@@ -670,6 +719,12 @@ def format_report(report: Report, config: BenchConfig) -> str:
             f"# memcpy together at each size on {threads} thread(s) per rank: "
             + ", ".join(f"{format_size(size)} {rate:.1f} GB/s" for size, rate in by_size.items())
             for threads, by_size in report.memcpy_aggregate_gbps_by_threads.items()
+        ),
+        *(
+            f"# in-place pass together at each size on {threads} thread(s) per rank (the bound of the ops that "
+            "write over their input): "
+            + ", ".join(f"{format_size(size)} {rate:.1f} GB/s" for size, rate in by_size.items())
+            for threads, by_size in report.in_place_aggregate_gbps_by_threads.items()
         ),
         "# of bound counts the monarch group's copying threads, and the transport's too for the ops that moved "
         "payload over the links: " + (", ".join(_link_ops(report)) or "none"),

@@ -30,8 +30,8 @@ def _run_table(*paths: Path) -> Any:
     return run_bounded(command, 60, repo_env())
 
 
-def _rates_by_threads(report: Any) -> dict[int, dict[int, float]]:
-    by_threads = report["memcpy_aggregate_gbps_by_threads"]  # JSON: keys are strings
+def _rates_by_threads(report: Any, key: str = "memcpy_aggregate_gbps_by_threads") -> dict[int, dict[int, float]]:
+    by_threads = report[key]  # JSON: keys are strings
     return {int(t): {int(size): rate for size, rate in by_size.items()} for t, by_size in by_threads.items()}
 
 
@@ -58,6 +58,9 @@ def test_collectives_benchmark_checks_and_measures_every_op(tmp_path: Path) -> N
     rates = _rates_by_threads(report)
     assert set(rates) == {group_threads, group_threads + 1}, rates
     assert all(set(by_size) == set(SIZES) and min(by_size.values()) > 0 for by_size in rates.values()), rates
+    in_place = _rates_by_threads(report, "in_place_aggregate_gbps_by_threads")
+    assert set(in_place) == set(rates), in_place
+    assert all(set(by_size) == set(SIZES) and min(by_size.values()) > 0 for by_size in in_place.values()), in_place
     rows = {(row["op"], row["size_bytes"]): row for row in report["rows"]}
     assert set(rows) == {(op, size) for op in OPS for size in SIZES}
     for row in rows.values():
@@ -70,6 +73,12 @@ def test_collectives_benchmark_checks_and_measures_every_op(tmp_path: Path) -> N
         # The slowest single op takes at least the time per op of its run, the mean of the same ops' times.
         assert row["monarch_slowest_op_us"] >= row["monarch_latency_us"] - 5, row
         assert row["peer_slowest_op_us"] >= row["peer_latency_us"] - 5, row
+    # allreduce and all_to_all move the same model bytes (2ns); the allreduce writes over its input, so its
+    # bound is the faster of the copy and the in-place pass, the all_to_all's the copy's.
+    for size in SIZES:
+        bound_us = {op: rows[(op, size)]["of_bound"] * rows[(op, size)]["monarch_us"] for op in ("allreduce", "all_to_all")}
+        copy, rewrite = rates[group_threads][size], in_place[group_threads][size]
+        assert bound_us["allreduce"] / bound_us["all_to_all"] == pytest.approx(copy / max(copy, rewrite), rel=1e-9)
     # The run makes a table: one row per op, one speedup per size.
     run = tmp_path / "run.txt"
     run.write_text(result.stdout)
