@@ -103,8 +103,10 @@ bool directAllreduce(
     outputs.push_back(buffer + begin * elem);
   }
   // Each rank reads and writes only its own chunk of every tensor, so no
-  // rank writes what another still has to read.
-  reduceToEach(outputs, inputs, length, type, kind, config.helpers, writesResultsStreaming(count * elem));
+  // rank writes what another still has to read. Cached stores at every size:
+  // each result goes over the line it was just read from, which a streaming
+  // store would push out to memory.
+  reduceToEach(outputs, inputs, length, type, kind, config.helpers, /*streaming=*/false);
   finish(regions);
   return true;
 }
