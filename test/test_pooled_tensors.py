@@ -35,7 +35,8 @@ from reference import Checker, assert_all_passed, rank_input, reference_reduce
 from shm_segments import assert_killed_and_named, kill_worker, pool_names_of
 
 CPU = torch.device("cpu")
-# 64 MB of float32 and a few: results written with streaming stores, unaligned tails.
+# 64 MB of float32 and a few: the reduce-scatter and allgather write their results with streaming
+# stores (the in-place allreduce with cached ones at every size), unaligned tails.
 LARGE_NUMEL = (64 << 20) // 4 + 5
 
 
