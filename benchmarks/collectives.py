@@ -715,16 +715,10 @@ def format_report(report: Report, config: BenchConfig) -> str:
         f"# memcpy read+write (the fastest of copy_ at {report.torch_threads} torch thread(s), memmove, 16 KiB cached pieces, streaming stores and "
         f"process_vm_readv on 1 or {report.memcpy_threads} thread(s), {format_size(report.memcpy_bytes)} per rank): {report.memcpy_alone_gbps:.2f} GB/s a rank alone, {report.memcpy_gbps:.2f} GB/s per rank "
         f"all at once (medians), {report.memcpy_aggregate_gbps:.2f} GB/s together",
-        *(
-            f"# memcpy together at each size on {threads} thread(s) per rank: "
-            + ", ".join(f"{format_size(size)} {rate:.1f} GB/s" for size, rate in by_size.items())
-            for threads, by_size in report.memcpy_aggregate_gbps_by_threads.items()
-        ),
-        *(
-            f"# in-place pass together at each size on {threads} thread(s) per rank (the bound of the ops that "
-            "write over their input): "
-            + ", ".join(f"{format_size(size)} {rate:.1f} GB/s" for size, rate in by_size.items())
-            for threads, by_size in report.in_place_aggregate_gbps_by_threads.items()
+        *_rates_by_size_lines("memcpy", report.memcpy_aggregate_gbps_by_threads),
+        *_rates_by_size_lines(
+            "in-place pass (the bound of the ops that write over their input)",
+            report.in_place_aggregate_gbps_by_threads,
         ),
         "# of bound counts the monarch group's copying threads, and the transport's too for the ops that moved "
         "payload over the links: " + (", ".join(_link_ops(report)) or "none"),
@@ -732,7 +726,8 @@ def format_report(report: Report, config: BenchConfig) -> str:
         "# host steal (its CPU time the hypervisor gave to others during the run, /proc/stat): "
         + ("unknown" if report.host_steal_fraction is None else f"{report.host_steal_fraction * 100:.1f}%"),
         f"# speedup = {report.peer} time / monarch time (> 1: monarch faster); "
-        f"of bound = memory-model bytes / aggregate memcpy rate at the op's size / monarch time; "
+        f"of bound = memory-model bytes / aggregate memcpy rate (or in-place pass's, if faster, for the ops that "
+        f"write over their input) at the op's size / monarch time; "
         f"latency = time per op waited on one at a time (up to {format_size(LATENCY_MAX_BYTES)}), "
         f"slowest op = the longest of those single ops, any round, any rank",
         _format_header(report.peer),
@@ -741,6 +736,15 @@ def format_report(report: Report, config: BenchConfig) -> str:
     if report.device == "cuda" and report.rows:
         lines.append(_overhead_line(report))
     return "\n".join(lines)
+
+
+def _rates_by_size_lines(what: str, by_threads: dict[int, dict[int, float]]) -> list[str]:
+    """One line per copying-thread count: ``what``'s aggregate rate at each size."""
+    return [
+        f"# {what} together at each size on {threads} thread(s) per rank: "
+        + ", ".join(f"{format_size(size)} {rate:.1f} GB/s" for size, rate in by_size.items())
+        for threads, by_size in by_threads.items()
+    ]
 
 
 def _link_ops(report: Report) -> list[str]:
