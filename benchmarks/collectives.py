@@ -326,11 +326,17 @@ def _worker(ctx: WorkerContext, config: BenchConfig) -> Optional[dict[str, Any]]
     dist.all_gather(rates, local, group=session.control)
     alone_rates = [float(rate[0].item()) for rate in rates]
     at_once_rates = [float(rate[1].item()) for rate in rates]
+    # The in-place pass bounds only the ops that write over their input: a run
+    # of none of them skips it.
+    passes: list[tuple[dict[int, dict[int, float]], Callable[..., float]]] = [
+        (session.memcpy_aggregate_gbps_by_threads, _memcpy_bandwidth)
+    ]
+    if any(OPS[name].in_place for name in config.ops):
+        passes.append((session.in_place_aggregate_gbps_by_threads, _in_place_bandwidth))
     for threads_per_rank in thread_counts:
-        copied = session.memcpy_aggregate_gbps_by_threads.setdefault(threads_per_rank, {})
-        rewritten = session.in_place_aggregate_gbps_by_threads.setdefault(threads_per_rank, {})
         for size in config.sizes:
-            for by_size, bandwidth in ((copied, _memcpy_bandwidth), (rewritten, _in_place_bandwidth)):
+            for by_threads, bandwidth in passes:
+                by_size = by_threads.setdefault(threads_per_rank, {})
                 dist.barrier(group=session.control)
                 rate = torch.tensor([bandwidth(size, session.device, spec.sync, threads_per_rank)], dtype=torch.float64)
                 dist.all_reduce(rate, group=session.control)

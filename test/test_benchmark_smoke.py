@@ -150,7 +150,7 @@ def test_host_steal_is_the_hypervisors_share_of_the_cpu_time(tmp_path: Path, mon
 def test_an_op_over_the_links_counts_the_transport_thread_in_its_bound() -> None:
     # TCP only: the payload goes over the links, copied by the transport's thread too.
     command = [sys.executable, str(REPO_ROOT / "benchmarks" / "collectives.py"), "--world-size", "2",
-               "--ops", "allreduce", "--sizes", "256K", "--rounds", "1", "--warmup", "1", "--min-iters", "1",
+               "--ops", "all_gather", "--sizes", "256K", "--rounds", "1", "--warmup", "1", "--min-iters", "1",
                "--max-iters", "2", "--check-size", "0", "--torch-threads", "1", "--transport", "tcp",
                "--timeout", "100"]  # fmt: skip
     result = run_bounded(command, 120, repo_env())
@@ -158,13 +158,16 @@ def test_an_op_over_the_links_counts_the_transport_thread_in_its_bound() -> None
     line = next(l for l in result.stdout.splitlines() if l.startswith("JSON "))
     report = json.loads(line[len("JSON ") :])
     (row,) = report["rows"]
-    # An allreduce of 256 KiB sends at least each rank's half of it.
+    # An all_gather of 256 KiB (the output) sends each rank's half of it.
     assert row["link_bytes_per_op"] >= 128 * 1024, row
     assert row["copy_threads"] == report["memcpy_threads"], row
     rate = _rates_by_threads(report)[row["copy_threads"]][256 * 1024]
-    want = 2 * 2 * 256 * 1024 / (rate * 1e9) / (row["monarch_us"] / 1e6)
+    want = (2 + 1) * 256 * 1024 / (rate * 1e9) / (row["monarch_us"] / 1e6)
     assert row["of_bound"] == pytest.approx(want, rel=1e-6), (row, rate)
-    assert "allreduce 256K" in result.stdout.split("JSON ")[0]
+    assert "all_gather 256K" in result.stdout.split("JSON ")[0]
+    # No op of the run writes over its input, so the in-place pass is not timed.
+    assert report["in_place_aggregate_gbps_by_threads"] == {}
+    assert "in-place pass" not in result.stdout.split("# of bound")[0]
 
 
 @pytest.mark.parametrize("copy", [_C.streaming_copy, _C.tiled_copy], ids=["streaming", "tiled"])
