@@ -54,12 +54,12 @@ the caches' rate, not by memory's, and the bound of an op uses the aggregate
 rate at its size and at the threads it copies on. An op copies on the
 transport's thread too where it moves payload over the links (remote reads,
 TCP, RDMA: counted by ``transport_bytes()`` around its warm-up); an op that
-goes through shared memory copies on the group's threads alone. Every rank
-also times a pass that rewrites a buffer of each size where it is, at the
-same threads: an op that writes its result over its input (allreduce,
-broadcast, reduce) may write lines it has just read, with no read of the
-destination first as a copy's cached stores do, and its bound uses the
-faster of the two rates.
+goes through shared memory copies on the group's threads alone. An op that
+writes its result over its input (allreduce, broadcast, reduce) may write
+lines it has just read, with no read of the destination first as a copy's
+cached stores do: where the run has one, every rank also times a pass that
+rewrites a buffer of each size where it is, at the same threads, and such an
+op's bound uses the faster of the two rates.
 The memory model (``MEMORY_MODEL``; benchmarks/RESULTS.md) gives the bytes
 the whole machine must read and write for an op: every rank's input once and
 every rank's output once, whichever rank's threads move them (a peer may
