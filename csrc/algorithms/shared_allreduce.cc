@@ -200,9 +200,9 @@ bool sharedReduction(
     results = TiledRound::Results::kLeave;
   }
   // Only the allreduce runs in place on pooled tensors.
-  std::vector<PoolSpan> tensors;
+  std::vector<PoolSpans> tensors;
   const PoolSpan mine = root < 0 ? SharedTensorPool::instance().find(data, count * elem) : PoolSpan{};
-  agreeThroughSharedMemory(links, *regions, true, mine, &tensors);
+  agreeThroughSharedMemory(links, *regions, true, {mine, mine}, &tensors);
   if (root < 0 && directAllreduce(links, *regions, tensors, data, count, type, kind, config)) {
     return true;
   }

@@ -159,9 +159,9 @@ bool sharedReduceScatter(
   if (piece == 0) {
     return false; // more ranks than a slot has room for (a tiny Options.shm_segment_bytes)
   }
-  std::vector<PoolSpan> inputs;
-  agreeThroughSharedMemory(links, *regions, true, poolSpanOf(in, blocks, elem), &inputs);
-  if (directReduceScatter(links, *regions, inputs, in, out, blocks, type, kind, config)) {
+  std::vector<PoolSpans> spans;
+  agreeThroughSharedMemory(links, *regions, true, {poolSpanOf(in, blocks, elem), {}}, &spans);
+  if (directReduceScatter(links, *regions, spans, in, out, blocks, type, kind, config)) {
     return true;
   }
   const auto* source = static_cast<const char*>(in);
@@ -212,11 +212,14 @@ bool sharedAllgather(
   if (!regions) {
     return false;
   }
-  // The peers read this rank's block where `in` has it.
-  std::vector<PoolSpan> inputs;
+  // The peers write this rank's output where `out` has it, or read its
+  // block where `in` has it.
+  const SharedTensorPool& pool = SharedTensorPool::instance();
+  std::vector<PoolSpans> spans;
   agreeThroughSharedMemory(
-      links, *regions, true, SharedTensorPool::instance().find(in, blocks.counts[r] * elementBytes), &inputs);
-  if (directAllgather(links, *regions, inputs, in, out, blocks, elementBytes, config)) {
+      links, *regions, true, {pool.find(in, blocks.counts[r] * elementBytes), poolSpanOf(out, blocks, elementBytes)},
+      &spans);
+  if (directAllgather(links, *regions, spans, in, out, blocks, elementBytes, config)) {
     return true;
   }
   const size_t piece = slotBytes(*regions) / elementBytes;

@@ -12,17 +12,29 @@ namespace monarch {
 
 namespace {
 
-// Every rank's buffer mapped here, by rank (this rank's is `own`), once all
-// ranks have mapped theirs; empty on every rank otherwise.
+// A push writes each piece of its block to every output before the next:
+// a piece this size stays in the core's L2 for the n writes.
+constexpr size_t kPushPieceBytes = 64 * 1024;
+
+// Whether every rank's `which` buffer (input or output) is in its pool: the
+// same answer on every rank, which has every rank's spans.
+bool inEveryPool(const std::vector<PoolSpans>& spans, PoolSpan PoolSpans::*which) {
+  return std::all_of(spans.begin(), spans.end(), [which](const PoolSpans& each) { return (each.*which).inPool(); });
+}
+
+// Every rank's `which` buffer mapped here, by rank (this rank's is `own`),
+// once all ranks have mapped theirs; empty on every rank otherwise.
 std::vector<char*> mapEveryRank(
-    Links& links, SharedRegions& regions, const std::vector<PoolSpan>& spans, const void* own) {
-  if (!std::all_of(spans.begin(), spans.end(), [](const PoolSpan& span) { return span.inPool(); })) {
+    Links& links, SharedRegions& regions, const std::vector<PoolSpans>& spans, PoolSpan PoolSpans::*which,
+    const void* own) {
+  if (!inEveryPool(spans, which)) {
     return {};
   }
   std::vector<char*> buffers(spans.size(), nullptr);
   bool mapped = true;
   for (int rank = 0; rank < links.size() && mapped; ++rank) {
-    buffers[rank] = rank == links.rank() ? static_cast<char*>(const_cast<void*>(own)) : regions.poolBlock(rank, spans[rank]);
+    buffers[rank] =
+        rank == links.rank() ? static_cast<char*>(const_cast<void*>(own)) : regions.poolBlock(rank, spans[rank].*which);
     mapped = buffers[rank] != nullptr;
   }
   if (!everyRankCan(links, regions, mapped)) {
@@ -39,9 +51,9 @@ void finish(SharedRegions& regions) {
 } // namespace
 
 bool directReduceScatter(
-    Links& links, SharedRegions& regions, const std::vector<PoolSpan>& inputs, const void* in, void* out,
+    Links& links, SharedRegions& regions, const std::vector<PoolSpans>& spans, const void* in, void* out,
     const Partition& blocks, DataType type, ReduceKind kind, const AlgorithmConfig& config) {
-  const std::vector<char*> buffers = mapEveryRank(links, regions, inputs, in);
+  const std::vector<char*> buffers = mapEveryRank(links, regions, spans, &PoolSpans::input, in);
   if (buffers.empty()) {
     return false;
   }
@@ -58,34 +70,76 @@ bool directReduceScatter(
   return true;
 }
 
-bool directAllgather(
-    Links& links, SharedRegions& regions, const std::vector<PoolSpan>& inputs, const void* in, void* out,
-    const Partition& blocks, size_t elementBytes, const AlgorithmConfig& config) {
-  const std::vector<char*> buffers = mapEveryRank(links, regions, inputs, in);
-  if (buffers.empty()) {
-    return false;
-  }
+namespace {
+
+// Pushes this rank's block into every rank's output (`outputs`, by rank): each
+// piece of the block is read once and written n times while it is in the
+// cache, so the rank reads its block once where pulling reads all n.
+void pushBlock(
+    const std::vector<char*>& outputs, int rank, const void* in, const Partition& blocks, size_t elementBytes,
+    HelperPool* helpers, bool streaming) {
+  const int n = static_cast<int>(outputs.size());
+  const auto* block = static_cast<const char*>(in);
+  const size_t at = blocks.offsets[rank] * elementBytes;
+  forEachSlice(blocks.counts[rank] * elementBytes, 1, helpers, [&](size_t begin, size_t end) {
+    for (size_t from = begin; from < end; from += kPushPieceBytes) {
+      const size_t length = std::min(kPushPieceBytes, end - from);
+      // From the next rank's output on: the ranks start on different outputs.
+      for (int step = 1; step <= n; ++step) {
+        char* to = outputs[(rank + step) % n] + at + from;
+        if (to != block + from) { // an in-place allgather's own block is there already
+          copyBytes(to, block + from, length, streaming);
+        }
+      }
+    }
+  });
+}
+
+// Pulls every rank's block (`inputs`, by rank) into this rank's output.
+void pullBlocks(
+    const std::vector<char*>& inputs, int rank, void* out, const Partition& blocks, size_t elementBytes,
+    HelperPool* helpers, bool streaming) {
+  const int n = static_cast<int>(inputs.size());
   auto* result = static_cast<char*>(out);
   std::vector<CopySpan> spans;
   // From the next rank's block on: the ranks start on different sources
   // rather than all reading rank 0's block at once.
-  for (int step = 1; step <= links.size(); ++step) {
-    const int rank = (links.rank() + step) % links.size();
-    char* to = result + blocks.offsets[rank] * elementBytes;
-    if (to != buffers[rank]) { // an in-place allgather's own block is there already
-      spans.push_back({to, buffers[rank], blocks.counts[rank] * elementBytes});
+  for (int step = 1; step <= n; ++step) {
+    const int owner = (rank + step) % n;
+    char* to = result + blocks.offsets[owner] * elementBytes;
+    if (to != inputs[owner]) { // an in-place allgather's own block is there already
+      spans.push_back({to, inputs[owner], blocks.counts[owner] * elementBytes});
     }
   }
-  const size_t messageBytes = blocks.maxCount() * elementBytes * links.size();
-  copySpans(spans, config.helpers, writesResultsStreaming(messageBytes));
+  copySpans(spans, helpers, streaming);
+}
+
+} // namespace
+
+bool directAllgather(
+    Links& links, SharedRegions& regions, const std::vector<PoolSpans>& spans, const void* in, void* out,
+    const Partition& blocks, size_t elementBytes, const AlgorithmConfig& config) {
+  const bool streaming = writesResultsStreaming(blocks.maxCount() * elementBytes * links.size());
+  // Every output pooled: each rank writes its block into all of them.
+  const std::vector<char*> outputs = mapEveryRank(links, regions, spans, &PoolSpans::output, out);
+  if (!outputs.empty()) {
+    pushBlock(outputs, links.rank(), in, blocks, elementBytes, config.helpers, streaming);
+    finish(regions);
+    return true;
+  }
+  const std::vector<char*> inputs = mapEveryRank(links, regions, spans, &PoolSpans::input, in);
+  if (inputs.empty()) {
+    return false;
+  }
+  pullBlocks(inputs, links.rank(), out, blocks, elementBytes, config.helpers, streaming);
   finish(regions);
   return true;
 }
 
 bool directAllreduce(
-    Links& links, SharedRegions& regions, const std::vector<PoolSpan>& tensors, void* data, size_t count, DataType type,
+    Links& links, SharedRegions& regions, const std::vector<PoolSpans>& tensors, void* data, size_t count, DataType type,
     ReduceKind kind, const AlgorithmConfig& config) {
-  const std::vector<char*> buffers = mapEveryRank(links, regions, tensors, data);
+  const std::vector<char*> buffers = mapEveryRank(links, regions, tensors, &PoolSpans::input, data);
   if (buffers.empty()) {
     return false;
   }

@@ -5,9 +5,11 @@
 // pool blocks and reads, and for the allreduce writes, their tensors where
 // they lie, with no copy into the slots. Each rank then moves the model's
 // bytes (benchmarks/RESULTS.md, "memory model"): the reduce-scatter reads
-// every rank's copy of its block once and writes its result; the allgather
-// reads every block once and writes its output; in the allreduce each rank
-// reduces one chunk of the n tensors and writes it to all n.
+// every rank's copy of its block once and writes its result; the allgather,
+// where every output is pooled, reads its own block once and writes it into
+// all n outputs (else it reads every block once and writes its own output);
+// in the allreduce each rank reduces one chunk of the n tensors and writes
+// it to all n.
 //
 // Each is called right after the op's agreement (shared_signature.h), with
 // every rank's span of the buffer it reads; the ranks' spans are the same
@@ -24,13 +26,13 @@
 namespace monarch {
 
 bool directReduceScatter(
-    Links& links, SharedRegions& regions, const std::vector<PoolSpan>& inputs, const void* in, void* out,
+    Links& links, SharedRegions& regions, const std::vector<PoolSpans>& spans, const void* in, void* out,
     const Partition& blocks, DataType type, ReduceKind kind, const AlgorithmConfig& config);
 bool directAllgather(
-    Links& links, SharedRegions& regions, const std::vector<PoolSpan>& inputs, const void* in, void* out,
+    Links& links, SharedRegions& regions, const std::vector<PoolSpans>& spans, const void* in, void* out,
     const Partition& blocks, size_t elementBytes, const AlgorithmConfig& config);
 bool directAllreduce(
-    Links& links, SharedRegions& regions, const std::vector<PoolSpan>& tensors, void* data, size_t count, DataType type,
+    Links& links, SharedRegions& regions, const std::vector<PoolSpans>& tensors, void* data, size_t count, DataType type,
     ReduceKind kind, const AlgorithmConfig& config);
 
 } // namespace monarch

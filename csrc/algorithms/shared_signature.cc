@@ -18,7 +18,7 @@ struct SignatureStamp {
   uint8_t dtype;
   uint8_t reduceOp;
   uint8_t fits;
-  PoolSpan span; // where the owner's buffer lies in its tensor pool (shared_direct.h)
+  PoolSpans spans; // where the owner's buffers lie in its tensor pool (shared_direct.h)
 };
 static_assert(sizeof(SignatureStamp) <= kStampBytes, "a stamp must fit its place");
 
@@ -40,7 +40,7 @@ std::atomic<uint64_t>& answerOf(const SharedRegions& regions, int rank) {
 } // namespace
 
 bool agreeThroughSharedMemory(
-    Links& links, SharedRegions& regions, bool fits, const PoolSpan& span, std::vector<PoolSpan>* spans) {
+    Links& links, SharedRegions& regions, bool fits, const PoolSpans& spans, std::vector<PoolSpans>* everyRank) {
   const uint64_t seq = links.sequence();
   const int n = links.size();
   const int r = links.rank();
@@ -66,11 +66,11 @@ bool agreeThroughSharedMemory(
   own.dtype = static_cast<uint8_t>(mine.dtype);
   own.reduceOp = mine.reduceOp;
   own.fits = fits ? 1 : 0;
-  own.span = span;
+  own.spans = spans;
   regions.store(own.seq, seq);
-  if (spans) {
-    spans->assign(n, PoolSpan{});
-    (*spans)[r] = span;
+  if (everyRank) {
+    everyRank->assign(n, PoolSpans{});
+    (*everyRank)[r] = spans;
   }
   bool everyRankFits = fits;
   for (int peer = 0; peer < n; ++peer) {
@@ -88,8 +88,8 @@ bool agreeThroughSharedMemory(
       links.failMismatch(peer, "called " + got.describe());
     }
     everyRankFits = everyRankFits && theirs.fits != 0;
-    if (spans) {
-      (*spans)[peer] = theirs.span;
+    if (everyRank) {
+      (*everyRank)[peer] = theirs.spans;
     }
   }
   regions.store(agreedOf(regions, r), seq);

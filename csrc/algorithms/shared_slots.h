@@ -45,7 +45,7 @@ inline SharedRegions* regionsFor(Links& links, size_t bytes, const AlgorithmConf
 // Each region ends with the stamps of shared_signature.cc, the word saying
 // which op its owner last agreed on and its answer in everyRankCan; the two
 // halves of slots take the rest.
-constexpr size_t kStampBytes = kSlotAlignment;
+constexpr size_t kStampBytes = 2 * kSlotAlignment;
 constexpr size_t kStamps = 2;
 constexpr size_t kStampAreaBytes = (kStamps + 2) * kStampBytes;
 

@@ -20,6 +20,13 @@ struct PoolSpan {
   }
 };
 
+// Where an op's input and output lie in a rank's pool: the shared-memory ops
+// learn their peers' through the op's agreement (algorithms/shared_signature.h).
+struct PoolSpans {
+  PoolSpan input;
+  PoolSpan output;
+};
+
 // Memory that every rank of a one-host group maps: one region per rank, the
 // same size for all, written by its owner and read by the others, and a
 // barrier that meets in that memory. The shared-memory algorithms
