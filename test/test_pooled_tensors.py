@@ -99,7 +99,23 @@ def pooled_ops_worker(ctx: WorkerContext) -> tuple[int, list[str]]:
             torch_monarch._C.direct_ops() - before == 3,
             f"{torch_monarch._C.direct_ops() - before} did",
         )
-        del data, source, gathered
+        # Out of place: a pooled output takes every rank's block written into
+        # it (an ordinary input), a pooled input is read where it lies (an
+        # ordinary output).
+        expected = torch.cat([x.view(n, block)[0] for x in whole])
+        before = torch_monarch._C.direct_ops()
+        into_pooled = pooled(block * n)
+        dist.all_gather_into_tensor(into_pooled, whole[ctx.rank].view(n, block)[0].clone())
+        check.close(f"all_gather_into_tensor of {numel} into a pooled output", into_pooled, expected)
+        from_pooled = torch.empty(block * n)
+        dist.all_gather_into_tensor(from_pooled, pooled_copy(whole[ctx.rank].view(n, block)[0]))
+        check.close(f"all_gather_into_tensor of {numel} from a pooled input", from_pooled, expected)
+        check.true(
+            f"both all_gathers of {numel} ran without the slots",
+            torch_monarch._C.direct_ops() - before == 2,
+            f"{torch_monarch._C.direct_ops() - before} did",
+        )
+        del data, source, gathered, into_pooled
 
     # bfloat16, combined in float before it is rounded, as through the slots.
     halves = [rank_input(rank, LARGE_NUMEL // n * n, torch.bfloat16, 6) for rank in range(n)]

@@ -225,10 +225,11 @@ void divideHalves(void* dataRaw, size_t count, float divisor) {
 
 // A sum of several inputs of a native floating point type, up to four in
 // one pass over acc, in the order one pass per input adds them (the same
-// result to the bit): reading four streams at once was 1.2-1.4x faster for
-// the pooled reduce-scatter and allreduce of 16-64 MB at world 8 on the
-// 16-core test machine, and about 1.3x for the reduce-scatter through the
-// slots at 16 MB (benchmarks/RESULTS.md, "four inputs a pass").
+// result to the bit): reading four streams at once made the pooled
+// reduce-scatter of 16 / 64 MB at world 8 1.23x / 1.40x faster on the
+// 16-core test machine, the pooled allreduce 1.02x / 1.28x, and the
+// reduce-scatter through the slots at 16 MB 1.2-1.4x (one thread per rank;
+// benchmarks/RESULTS.md, "four inputs a pass").
 template <typename T>
 void sumInGroups(void* accRaw, c10::ArrayRef<const void*> inputs, size_t offset, size_t count) {
   T* __restrict acc = static_cast<T*>(accRaw);

@@ -12,7 +12,7 @@
 // it to all n.
 //
 // Each is called right after the op's agreement (shared_signature.h), with
-// every rank's span of the buffer it reads; the ranks' spans are the same
+// every rank's spans of its input and output; the ranks' spans are the same
 // on every rank. Returns false, having done nothing, on every rank when
 // some buffer is not in its rank's pool or some rank cannot map a peer's
 // block; the caller then copies through the slots. Ops that run here end
