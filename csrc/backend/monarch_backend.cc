@@ -146,8 +146,12 @@ void MonarchBackend::failLinksAlreadyDown() {
     }
   }
   if (!down.empty()) {
+    // Same wording as a link that fails later ("lost rank N: ..."), so a
+    // caller matching on the rank finds it either way.
+    const std::string lost = down.size() == 1 ? "lost rank " + std::to_string(down[0]) + ": its link was"
+                                              : "lost ranks " + formatRanks(down) + ": their links were";
     links_->channel().fail(
-        Status::error(ErrorKind::kPeerFailure, down, "lost ranks " + formatRanks(down) + ": their links were already down when this group was formed"),
+        Status::error(ErrorKind::kPeerFailure, down, lost + " already down when this group was formed"),
         /*tellPeers=*/true);
   }
 }
