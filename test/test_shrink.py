@@ -139,7 +139,8 @@ def double_failure_worker(ctx: WorkerContext) -> dict[str, Any]:
         # The other dead rank is still in the group: its ops must fail fast, naming it.
         expected = tuple(2 + i for i in range(len(remaining)))
         second = attempt(lambda: run_op("all_reduce", 2))
-        if not second.is_a("PeerFailureError") or second.failed_ranks != expected or second.elapsed_s > 0.5:
+        named = all(f"lost rank {rank}" in second.message for rank in expected)
+        if not second.is_a("PeerFailureError") or second.failed_ranks != expected or not named or second.elapsed_s > 0.5:
             problems.append(f"expected PeerFailureError naming {list(expected)} at once, {second.describe()}")
         dist.shrink_group(list(expected))
     run_mix(6, 4, problems, "after shrinking past both")
