@@ -55,6 +55,10 @@ class CollectiveOp:
     in_place: bool = False
     # Whether only the root (rank 0) has a defined output (reduce).
     output_on_root_only: bool = False
+    # The outputs each byte read is written into over the machine (the memory
+    # model's written bytes over its read bytes) for a world size; above 1 the
+    # op's bound also counts a pass that writes each byte it reads that often.
+    writes_per_read: Callable[[int], int] = lambda n: 1
 
     def buffers(self, numel: int, world_size: int, dtype: torch.dtype, device: torch.device, fill: str) -> Buffers:
         """Buffers for a full-buffer ``numel``; ``fill`` is "zeros" or "random"."""
@@ -116,6 +120,7 @@ OPS: dict[str, CollectiveOp] = {
             shapes=lambda numel, n: (numel // n, numel),
             start=lambda b, group: dist.all_gather_into_tensor(b.output, b.input, group=group, async_op=True),
             bus_factor=_ring_factor,
+            writes_per_read=lambda n: n,
         ),
         CollectiveOp(
             name="reduce_scatter",
@@ -130,6 +135,7 @@ OPS: dict[str, CollectiveOp] = {
             start=lambda b, group: dist.broadcast(b.input, src=0, group=group, async_op=True),
             bus_factor=lambda n: 1.0,
             in_place=True,
+            writes_per_read=lambda n: n - 1,
         ),
         # The rooted ops besides broadcast; the size is the root's whole
         # buffer, busbw as for all_gather (gather, scatter) and broadcast.

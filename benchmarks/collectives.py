@@ -59,7 +59,11 @@ writes its result over its input (allreduce, broadcast, reduce) may write
 lines it has just read, with no read of the destination first as a copy's
 cached stores do: where the run has one, every rank also times a pass that
 rewrites a buffer of each size where it is, at the same threads, and such an
-op's bound uses the faster of the two rates.
+op's bound uses the faster of the two rates. An op that writes each byte it
+reads several times (all_gather n times, broadcast n - 1) may read it once
+and write it from the cache: on the CPU every rank also times a pass that
+does so (``_fan_out_bandwidth``, on its share of the op's reads), and such
+an op's bound uses the faster of it and the copy.
 The memory model (``MEMORY_MODEL``; benchmarks/RESULTS.md) gives the bytes
 the whole machine must read and write for an op: every rank's input once and
 every rank's output once, whichever rank's threads move them (a peer may
@@ -240,6 +244,9 @@ class Report:
     # The same for the in-place pass (``_in_place_bandwidth``), which the bound of
     # an op that writes over its input also counts.
     in_place_aggregate_gbps_by_threads: dict[int, dict[int, float]]
+    # The same for the fan-out pass (``_fan_out_bandwidth``) by writes per read,
+    # which the bound of an op that writes each byte it reads several times counts.
+    fan_out_aggregate_gbps: dict[int, dict[int, dict[int, float]]]
     check: str
     rows: list[Row]
     # The share of the host's CPU time its hypervisor gave to others during the
@@ -268,6 +275,8 @@ class _Session:
     memcpy_aggregate_gbps_by_threads: dict[int, dict[int, float]] = field(default_factory=dict)
     # The same for a pass that rewrites a buffer in place.
     in_place_aggregate_gbps_by_threads: dict[int, dict[int, float]] = field(default_factory=dict)
+    # The same for passes that write each byte they read k times, by k.
+    fan_out_aggregate_gbps: dict[int, dict[int, dict[int, float]]] = field(default_factory=dict)
     # The monarch group's copying threads per rank (1 on a GPU).
     group_threads: int = 1
 
@@ -333,6 +342,12 @@ def _worker(ctx: WorkerContext, config: BenchConfig) -> Optional[dict[str, Any]]
     ]
     if any(OPS[name].in_place for name in config.ops):
         passes.append((session.in_place_aggregate_gbps_by_threads, _in_place_bandwidth))
+    # A fan-out pass for each of the run's ops' writes per read above 1, on each
+    # rank's share of the op's reads.
+    fan_outs = {OPS[name].writes_per_read(ctx.world_size) for name in config.ops} - {1}
+    for writes in sorted(fan_outs) if session.device.type == "cpu" else []:
+        fan_out = functools.partial(_fan_out_bandwidth, share=ctx.world_size, writes_per_read=writes)
+        passes.append((session.fan_out_aggregate_gbps.setdefault(writes, {}), fan_out))
     for threads_per_rank in thread_counts:
         for size in config.sizes:
             for by_threads, bandwidth in passes:
@@ -370,6 +385,9 @@ def _worker(ctx: WorkerContext, config: BenchConfig) -> Optional[dict[str, Any]]
         memcpy_aggregate_gbps_by_threads={t: dict(rates) for t, rates in session.memcpy_aggregate_gbps_by_threads.items()},
         in_place_aggregate_gbps_by_threads={
             t: dict(rates) for t, rates in session.in_place_aggregate_gbps_by_threads.items()
+        },
+        fan_out_aggregate_gbps={
+            k: {t: dict(rates) for t, rates in by_threads.items()} for k, by_threads in session.fan_out_aggregate_gbps.items()
         },
         check=check,
         rows=rows,
@@ -484,6 +502,48 @@ def _in_place_bandwidth(nbytes: int, device: Any, sync: Callable[[], None], thre
         return max(rate(rewrite_all) for rewrite_all in passes)
 
 
+def _fan_out_bandwidth(
+    nbytes: int, device: Any, sync: Callable[[], None], threads: int, share: int, writes_per_read: int, reps: int = 7
+) -> float:
+    """Read plus write GB/s of a pass that writes every byte it reads into
+    ``writes_per_read`` buffers: a source of ``nbytes / share`` bytes (a
+    rank's share of an op's reads), 64 KiB of it at a time into all of them
+    (``torch_monarch._C.fan_out_copy``), with streaming and with cached
+    stores, on one thread and split among ``threads``; each the median of
+    ``reps``.
+
+    An all_gather reads each byte once and writes it n times (a broadcast
+    n - 1 times). Writes with no read of their own go faster than a copy's
+    one write per read, so with only the copy in its bound the pooled
+    all_gather, which pushes each block into every output this way, came
+    out at 110% of the bound at world 2 and 64 MB on a 16-core host.
+    """
+    import torch
+    import torch_monarch._C as native
+
+    source_bytes = max(1, nbytes // share)
+    src = torch.ones(source_bytes, dtype=torch.uint8)
+    outputs = [torch.zeros_like(src) for _ in range(writes_per_read)]
+    moved = source_bytes * (1 + writes_per_read)
+
+    def rate(work: Callable[[], object]) -> float:
+        # _read_write_rate counts one read and one write of its buffer.
+        return _read_write_rate(work, source_bytes, sync, reps) * moved / (2 * source_bytes)
+
+    def fan_out(streaming: bool) -> _SliceCopy:
+        return lambda offset, length: native.fan_out_copy(
+            [out[offset : offset + length] for out in outputs], src[offset : offset + length], streaming
+        )
+
+    passes: list[Callable[[], object]] = []
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        for streaming in (True, False):
+            passes.append(_whole(fan_out(streaming), source_bytes))
+            if threads > 1:
+                passes.append(_split(fan_out(streaming), source_bytes, threads, pool))
+        return max(rate(work) for work in passes)
+
+
 def _read_write_rate(work: Callable[[], object], nbytes: int, sync: Callable[[], None], reps: int) -> float:
     """GB/s of ``work`` that reads and writes ``nbytes`` each: the median of
     ``reps`` timings. A small buffer is worked on repeatedly within each
@@ -587,6 +647,9 @@ def _measure(session: _Session, op_name: str, size: int) -> Row:
     rate = session.memcpy_aggregate_gbps_by_threads[copy_threads][size]
     if op.in_place:
         rate = max(rate, session.in_place_aggregate_gbps_by_threads[copy_threads][size])
+    fan_out = session.fan_out_aggregate_gbps.get(op.writes_per_read(config.world_size))
+    if fan_out:
+        rate = max(rate, fan_out[copy_threads][size])
     bound_s = MEMORY_MODEL[op_name](nbytes, config.world_size) / (rate * 1e9)
     return Row(
         op=op_name,
@@ -726,14 +789,22 @@ def format_report(report: Report, config: BenchConfig) -> str:
             "in-place pass (the bound of the ops that write over their input)",
             report.in_place_aggregate_gbps_by_threads,
         ),
+        *(
+            line
+            for writes, by_threads in report.fan_out_aggregate_gbps.items()
+            for line in _rates_by_size_lines(
+                f"fan-out pass writing each byte read {writes} times (the bound of the ops that do)", by_threads
+            )
+        ),
         "# of bound counts the monarch group's copying threads, and the transport's too for the ops that moved "
         "payload over the links: " + (", ".join(_link_ops(report)) or "none"),
         f"# correctness check: {report.check}",
         "# host steal (its CPU time the hypervisor gave to others during the run, /proc/stat): "
         + ("unknown" if report.host_steal_fraction is None else f"{report.host_steal_fraction * 100:.1f}%"),
         f"# speedup = {report.peer} time / monarch time (> 1: monarch faster); "
-        f"of bound = memory-model bytes / aggregate memcpy rate (or in-place pass's, if faster, for the ops that "
-        f"write over their input) at the op's size / monarch time; "
+        f"of bound = memory-model bytes / aggregate memcpy rate (or, if faster, the in-place pass's for the ops that "
+        f"write over their input and the fan-out pass's for those that write each byte read several times) at the "
+        f"op's size / monarch time; "
         f"latency = time per op waited on one at a time (up to {format_size(LATENCY_MAX_BYTES)}), "
         f"slowest op = the longest of those single ops, any round, any rank",
         _format_header(report.peer),

@@ -79,6 +79,16 @@ def test_collectives_benchmark_checks_and_measures_every_op(tmp_path: Path) -> N
         bound_us = {op: rows[(op, size)]["of_bound"] * rows[(op, size)]["monarch_us"] for op in ("allreduce", "all_to_all")}
         copy, rewrite = rates[group_threads][size], in_place[group_threads][size]
         assert bound_us["allreduce"] / bound_us["all_to_all"] == pytest.approx(copy / max(copy, rewrite), rel=1e-9)
+    # At world 2 the all_gather writes each byte it reads twice (the broadcast once, as a copy does): its bound
+    # is the faster of the copy and the fan-out pass, which no other op of the run needs.
+    assert set(report["fan_out_aggregate_gbps"]) == {"2"}, report["fan_out_aggregate_gbps"]
+    fan_out_rates = _rates_by_threads(report["fan_out_aggregate_gbps"], "2")
+    assert set(fan_out_rates) == set(rates), fan_out_rates
+    for size in SIZES:
+        bound_us = {op: rows[(op, size)]["of_bound"] * rows[(op, size)]["monarch_us"] for op in ("all_gather", "all_to_all")}
+        copy, fan = rates[group_threads][size], fan_out_rates[group_threads][size]
+        # Model bytes: the all_gather's 3s against the all_to_all's 4s.
+        assert bound_us["all_gather"] / bound_us["all_to_all"] == pytest.approx(3 / 4 * copy / max(copy, fan), rel=1e-9)
     # The run makes a table: one row per op, one speedup per size.
     run = tmp_path / "run.txt"
     run.write_text(result.stdout)
@@ -184,3 +194,20 @@ def test_the_bounds_copy_kernels_copy_every_byte_and_refuse_mismatched_tensors(c
     with pytest.raises(ValueError, match="contiguous"):
         copy(torch.zeros(2 * source.numel(), dtype=torch.int32)[::2], source)
     assert torch.equal(destination, source)  # a refused copy wrote nothing
+
+
+@pytest.mark.parametrize("streaming", [True, False], ids=["streaming", "cached"])
+def test_the_fan_out_pass_writes_every_destination_and_refuses_mismatched_tensors(streaming: bool) -> None:
+    import torch
+
+    # Over one 64 KiB piece and not a whole number of them, so the pieces' tails are copied too.
+    source = torch.randint(-1000, 1000, (3 * 16384 + 7,), dtype=torch.int32)
+    destinations = [torch.zeros_like(source) for _ in range(3)]
+    _C.fan_out_copy(destinations, source, streaming)
+    assert all(torch.equal(destination, source) for destination in destinations)
+    fresh = [torch.zeros_like(source), torch.zeros_like(source)[:-1]]
+    with pytest.raises(ValueError, match="bytes into"):
+        _C.fan_out_copy(fresh, source, streaming)
+    assert not fresh[0].any()  # a refused pass wrote nothing
+    with pytest.raises(ValueError, match="at least one destination"):
+        _C.fan_out_copy([], source, streaming)

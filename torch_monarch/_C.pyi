@@ -1,5 +1,5 @@
 # Types of the C++ extension torch_monarch._C (csrc/python/bindings.cc).
-from typing import Any, Optional, TypedDict, overload
+from typing import Any, List, Optional, TypedDict, overload
 
 import torch
 
@@ -62,3 +62,5 @@ def cgroup_cpu_limit(proc_cgroup: str, proc_mountinfo: str) -> Optional[float]: 
 def streaming_copy(dst: torch.Tensor, src: torch.Tensor) -> None: ...
 # The same 16 KiB at a time with cached stores, as the reductions store their results' tiles.
 def tiled_copy(dst: torch.Tensor, src: torch.Tensor) -> None: ...
+# src into every destination (each CPU, contiguous, of src's bytes), 64 KiB of src at a time into all of them.
+def fan_out_copy(destinations: List[torch.Tensor], src: torch.Tensor, streaming: bool) -> None: ...

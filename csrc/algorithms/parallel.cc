@@ -89,4 +89,16 @@ void copyBytes(void* dst, const void* src, size_t bytes, bool streaming) {
   (streaming ? streamingCopy : cachedCopy)(static_cast<char*>(dst), static_cast<const char*>(src), bytes);
 }
 
+void copyToEach(const std::vector<char*>& destinations, const char* src, size_t bytes, bool streaming) {
+  // A piece this size stays in the core's L2 while it is written to every destination.
+  constexpr size_t kPieceBytes = 64 * 1024;
+  CopyFn copy = streaming ? streamingCopy : cachedCopy;
+  for (size_t from = 0; from < bytes; from += kPieceBytes) {
+    const size_t length = std::min(kPieceBytes, bytes - from);
+    for (char* to : destinations) {
+      copy(to + from, src + from, length);
+    }
+  }
+}
+
 } // namespace monarch

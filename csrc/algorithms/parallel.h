@@ -27,5 +27,9 @@ struct CopySpan {
 void copySpans(const std::vector<CopySpan>& spans, HelperPool* helpers, bool streaming = false);
 // One copy on this thread, with non-temporal stores as copySpans' `streaming`.
 void copyBytes(void* dst, const void* src, size_t bytes, bool streaming);
+// Copies `bytes` of `src` into every destination on this thread, a piece
+// at a time: each piece is read once and stays in the core's L2 while it is
+// written to all of them (the pooled all-gather's push).
+void copyToEach(const std::vector<char*>& destinations, const char* src, size_t bytes, bool streaming);
 
 } // namespace monarch

@@ -12,10 +12,6 @@ namespace monarch {
 
 namespace {
 
-// A push writes each piece of its block to every output before the next:
-// a piece this size stays in the core's L2 for the n writes.
-constexpr size_t kPushPieceBytes = 64 * 1024;
-
 // Whether every rank's `which` buffer (input or output) is in its pool: the
 // same answer on every rank, which has every rank's spans.
 bool inEveryPool(const std::vector<PoolSpans>& spans, PoolSpan PoolSpans::*which) {
@@ -82,16 +78,15 @@ void pushBlock(
   const auto* block = static_cast<const char*>(in);
   const size_t at = blocks.offsets[rank] * elementBytes;
   forEachSlice(blocks.counts[rank] * elementBytes, 1, helpers, [&](size_t begin, size_t end) {
-    for (size_t from = begin; from < end; from += kPushPieceBytes) {
-      const size_t length = std::min(kPushPieceBytes, end - from);
-      // From the next rank's output on: the ranks start on different outputs.
-      for (int step = 1; step <= n; ++step) {
-        char* to = outputs[(rank + step) % n] + at + from;
-        if (to != block + from) { // an in-place allgather's own block is there already
-          copyBytes(to, block + from, length, streaming);
-        }
+    // From the next rank's output on: the ranks start on different outputs.
+    std::vector<char*> destinations;
+    for (int step = 1; step <= n; ++step) {
+      char* to = outputs[(rank + step) % n] + at + begin;
+      if (to != block + begin) { // an in-place allgather's own block is there already
+        destinations.push_back(to);
       }
     }
+    copyToEach(destinations, block + begin, end - begin, streaming);
   });
 }
 

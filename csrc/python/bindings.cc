@@ -228,6 +228,22 @@ PYBIND11_MODULE(_C, module) {
       "Copies src into dst on this thread with the streaming stores the collectives write large results with "
       "(benchmarks/collectives.py counts its rate in the memory bound).");
   module.def(
+      "fan_out_copy",
+      [](std::vector<at::Tensor>& destinations, const at::Tensor& src, bool streaming) {
+        TORCH_CHECK_VALUE(!destinations.empty(), "fan_out_copy takes at least one destination");
+        std::vector<char*> to;
+        for (at::Tensor& dst : destinations) {
+          monarch::checkCopyArguments(dst, src, "fan_out_copy");
+          to.push_back(static_cast<char*>(dst.data_ptr()));
+        }
+        py::gil_scoped_release released;
+        monarch::copyToEach(to, static_cast<const char*>(src.data_ptr()), src.nbytes(), streaming);
+      },
+      py::arg("destinations"), py::arg("src"), py::arg("streaming"),
+      "Copies src into every destination on this thread, 64 KiB of src at a time into all of them, as the "
+      "pooled all-gather pushes a block (benchmarks/collectives.py counts its rate in the bound of the ops that "
+      "write each byte they read several times).");
+  module.def(
       "tiled_copy",
       [](at::Tensor& dst, const at::Tensor& src) {
         monarch::checkCopyArguments(dst, src, "tiled_copy");
