@@ -513,10 +513,11 @@ def _fan_out_bandwidth(
     ``reps``.
 
     An all_gather reads each byte once and writes it n times (a broadcast
-    n - 1 times). Writes with no read of their own go faster than a copy's
-    one write per read, so with only the copy in its bound the pooled
-    all_gather, which pushes each block into every output this way, came
-    out at 110% of the bound at world 2 and 64 MB on a 16-core host.
+    n - 1 times), a mix a copy's one write per read does not time: with
+    only the copy in its bound the pooled all_gather, which pushes each
+    block into every output this way, came out at 110% of the bound at
+    world 2 and 64 MB on a 16-core host (why that mix went faster there is
+    not measured).
     """
     import torch
     import torch_monarch._C as native
