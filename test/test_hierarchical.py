@@ -113,3 +113,32 @@ def test_allreduce_across_hosts(layout: str, transport: str, unmappable_host: st
 
 def test_kill_during_hierarchical_ops() -> None:
     assert_killed_and_named(run_workers(kill_worker, 4, "aabb", timeout=60))
+
+
+def phases_worker(ctx: WorkerContext) -> tuple[int, list[str]]:
+    """The reduce-scatter and the allgather on one host are two phases of
+    one op in the host's shared memory; each must find its own buffers, not
+    the other phase's, on tensors read in place (from allocate_tensor), with
+    cross-memory copies and through the slots."""
+    check = Checker(ctx.rank)
+    ctx.init("monarch")
+    world = ctx.world_size
+    for cross_memory in (True, False):
+        options = torch_monarch.Options(host_name="aabb"[ctx.rank], cross_memory=cross_memory)
+        group = dist.new_group(backend="monarch", pg_options=options)
+        inputs = [rank_input(rank, NUMEL, torch.float32, 4) for rank in range(world)]
+        for pooled in (True, False):
+            if pooled:
+                tensor = backend_of(group).allocate_tensor(NUMEL, dtype=torch.float32, device=torch.device("cpu"))
+                tensor.copy_(inputs[ctx.rank])
+            else:
+                tensor = inputs[ctx.rank].clone()
+            dist.all_reduce(tensor, group=group)
+            label = f"cross_memory={cross_memory}, {'pooled' if pooled else 'ordinary'} tensors"
+            check.close(label, tensor, reference_reduce(inputs, "SUM"))
+    dist.destroy_process_group()
+    return check.report()
+
+
+def test_each_phase_on_a_host_finds_its_own_buffers() -> None:
+    assert_all_passed(run_workers_ok(phases_worker, 4), min_checks=4)

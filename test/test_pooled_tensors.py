@@ -10,7 +10,8 @@ group read and write in place, with no copy through the slots.
   streaming sizes, with odd lengths, in bfloat16, in place as FSDP calls
   them (the all-gather's input a view of its output), and run in place
   (``direct_ops`` counts each); a group in which one rank's tensor is
-  ordinary copies through the slots, with the same results.
+  ordinary reads and writes them with cross-memory copies, with the same
+  results.
 - A freed tensor's block serves the next allocation of its size, and the
   peers' mappings of it stay right.
 - SIGKILL during a loop of pooled allreduces: every survivor gets
@@ -125,13 +126,15 @@ def pooled_ops_worker(ctx: WorkerContext) -> tuple[int, list[str]]:
         "reduce_scatter_tensor in bfloat16", mine, reference_reduce(halves, "SUM").view(n, -1)[ctx.rank], op="SUM"
     )
 
-    # One rank's tensor is ordinary memory: every rank copies through the slots.
+    # One rank's tensor is ordinary memory: no rank maps every peer's, and
+    # they read and write them with cross-memory copies instead.
     inputs = [rank_input(rank, 1 << 18, torch.float32, 7) for rank in range(n)]
-    before = torch_monarch._C.direct_ops()
+    before = torch_monarch._C.direct_ops(), torch_monarch._C.cross_memory_ops()
     data = inputs[0].clone() if ctx.rank == 0 else pooled_copy(inputs[ctx.rank])
     dist.all_reduce(data)
     check.close("all_reduce, one tensor not pooled", data, reference_reduce(inputs, "SUM"))
-    check.true("it copied through the slots", torch_monarch._C.direct_ops() == before)
+    after = torch_monarch._C.direct_ops(), torch_monarch._C.cross_memory_ops()
+    check.true("it took the cross-memory copies", after == (before[0], before[1] + 1), f"{before} -> {after}")
 
     # A freed block serves the next tensor of its size; the peers' mappings of it stay right.
     first = pooled(1 << 18)

@@ -107,6 +107,15 @@ class Options(Config):
             first. The default 0 takes every size there: a 4 KB op through
             shared memory waits for no wake-up of a peer's threads, and took
             a third to a sixth of its time over the links on a 16-core host.
+        cross_memory: on one host, the allreduce, reduce-scatter and
+            allgather of 1 MiB or more on tensors not from
+            ``allocate_tensor`` read, and write, the peers' tensors where
+            they lie with the kernel's cross-memory copies
+            (process_vm_readv / process_vm_writev), with no copy through
+            the segments. Where the kernel refuses it (Yama's
+            ``kernel.yama.ptrace_scope`` of 1 or more, a process that is
+            not dumpable) they go through the segments. False: always
+            through the segments.
         shm_segment_bytes: the shared-memory segment each rank that shares
             its host with others of the group maps, at the first op that
             goes through it (``shm_min_bytes`` or more). Larger ops go
@@ -151,6 +160,7 @@ class Options(Config):
     threads: Optional[int] = None
     host_name: str = ""
     shm_min_bytes: int = 0
+    cross_memory: bool = True
     shm_segment_bytes: int = 8 * 1024 * 1024
     gpu_transport: str = "auto"
     rdma_provider: str = ""

@@ -27,6 +27,9 @@ struct AlgorithmConfig {
   // Messages of at least this size among ranks on one host go through
   // shared memory (shared_memory.h).
   size_t shmMinBytes = 0;
+  // Whether those of them that can read and write their peers' buffers with
+  // the kernel's cross-memory copies do (cross_memory_direct.h).
+  bool crossMemory = false;
   // The group's threads that reduce and copy large messages, its worker
   // included (null: the worker alone).
   HelperPool* helpers = nullptr;

@@ -47,15 +47,17 @@ bool hierarchicalAllreduce(Links& links, void* data, size_t count, DataType type
   for (const auto& ranks : hosts) {
     peersHoldingMyBlock.push_back(ranks[local]);
   }
-  SubLinks onHost(links, hosts[host], local);
+  // Two phases on this host's ranks, each its own op in their shared memory.
+  SubLinks scatterOnHost(links, hosts[host], local, /*phase=*/0);
   SubLinks acrossHosts(links, peersHoldingMyBlock, host);
+  SubLinks gatherOnHost(links, hosts[host], local, /*phase=*/1);
 
   const size_t elem = elementSize(type);
   Partition blocks = Partition::even(count, static_cast<int>(perHost));
-  reduceScatter(onHost, data, blocks, type, kind, config);
+  reduceScatter(scatterOnHost, data, blocks, type, kind, config);
   char* mine = static_cast<char*>(data) + blocks.offsets[local] * elem;
   allreduce(acrossHosts, mine, blocks.counts[local], type, kind, config);
-  allgather(onHost, data, blocks, elem, config);
+  allgather(gatherOnHost, data, blocks, elem, config);
   return true;
 }
 

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "algorithms/cross_memory_direct.h"
 #include "algorithms/parallel.h"
 #include "algorithms/reduce_kernels.h"
 #include "algorithms/shared_direct.h"
@@ -199,11 +200,14 @@ bool sharedReduction(
   if (root >= 0 && links.rank() != root) {
     results = TiledRound::Results::kLeave;
   }
-  // Only the allreduce runs in place on pooled tensors.
-  std::vector<PoolSpans> tensors;
+  // Only the allreduce reads and writes its peers' tensors: in place on
+  // pooled tensors, else with cross-memory copies.
+  std::vector<BufferPlaces> tensors;
   const PoolSpan mine = root < 0 ? SharedTensorPool::instance().find(data, count * elem) : PoolSpan{};
-  agreeThroughSharedMemory(links, *regions, true, {mine, mine}, &tensors);
-  if (root < 0 && directAllreduce(links, *regions, tensors, data, count, type, kind, config)) {
+  agreeThroughSharedMemory(links, *regions, true, placesOf(data, mine, data, mine), &tensors);
+  if (root < 0 &&
+      (directAllreduce(links, *regions, tensors, data, count, type, kind, config) ||
+       crossMemoryAllreduce(links, *regions, tensors, data, count, type, kind, config))) {
     return true;
   }
   for (size_t begin = 0; begin < count; begin += perRound, ++regions->rounds) {

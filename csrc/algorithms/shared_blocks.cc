@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "algorithms/chunks.h"
+#include "algorithms/cross_memory_direct.h"
 #include "algorithms/parallel.h"
 #include "algorithms/reduce_kernels.h"
 #include "algorithms/shared_direct.h"
@@ -159,9 +160,10 @@ bool sharedReduceScatter(
   if (piece == 0) {
     return false; // more ranks than a slot has room for (a tiny Options.shm_segment_bytes)
   }
-  std::vector<PoolSpans> spans;
-  agreeThroughSharedMemory(links, *regions, true, {poolSpanOf(in, blocks, elem), {}}, &spans);
-  if (directReduceScatter(links, *regions, spans, in, out, blocks, type, kind, config)) {
+  std::vector<BufferPlaces> places;
+  agreeThroughSharedMemory(links, *regions, true, placesOf(in, poolSpanOf(in, blocks, elem), out, {}), &places);
+  if (directReduceScatter(links, *regions, places, in, out, blocks, type, kind, config) ||
+      crossMemoryReduceScatter(links, *regions, places, in, out, blocks, type, kind, config)) {
     return true;
   }
   const auto* source = static_cast<const char*>(in);
@@ -215,11 +217,12 @@ bool sharedAllgather(
   // The peers write this rank's output where `out` has it, or read its
   // block where `in` has it.
   const SharedTensorPool& pool = SharedTensorPool::instance();
-  std::vector<PoolSpans> spans;
+  std::vector<BufferPlaces> places;
   agreeThroughSharedMemory(
-      links, *regions, true, {pool.find(in, blocks.counts[r] * elementBytes), poolSpanOf(out, blocks, elementBytes)},
-      &spans);
-  if (directAllgather(links, *regions, spans, in, out, blocks, elementBytes, config)) {
+      links, *regions, true,
+      placesOf(in, pool.find(in, blocks.counts[r] * elementBytes), out, poolSpanOf(out, blocks, elementBytes)), &places);
+  if (directAllgather(links, *regions, places, in, out, blocks, elementBytes, config) ||
+      crossMemoryAllgather(links, *regions, places, in, out, blocks, elementBytes, config)) {
     return true;
   }
   const size_t piece = slotBytes(*regions) / elementBytes;

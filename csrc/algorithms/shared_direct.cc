@@ -13,24 +13,24 @@ namespace monarch {
 namespace {
 
 // Whether every rank's `which` buffer (input or output) is in its pool: the
-// same answer on every rank, which has every rank's spans.
-bool inEveryPool(const std::vector<PoolSpans>& spans, PoolSpan PoolSpans::*which) {
-  return std::all_of(spans.begin(), spans.end(), [which](const PoolSpans& each) { return (each.*which).inPool(); });
+// same answer on every rank, which has every rank's places.
+bool inEveryPool(const std::vector<BufferPlaces>& places, PoolSpan BufferPlaces::*which) {
+  return std::all_of(places.begin(), places.end(), [which](const BufferPlaces& each) { return (each.*which).inPool(); });
 }
 
 // Every rank's `which` buffer mapped here, by rank (this rank's is `own`),
 // once all ranks have mapped theirs; empty on every rank otherwise.
 std::vector<char*> mapEveryRank(
-    Links& links, SharedRegions& regions, const std::vector<PoolSpans>& spans, PoolSpan PoolSpans::*which,
+    Links& links, SharedRegions& regions, const std::vector<BufferPlaces>& places, PoolSpan BufferPlaces::*which,
     const void* own) {
-  if (!inEveryPool(spans, which)) {
+  if (!inEveryPool(places, which)) {
     return {};
   }
-  std::vector<char*> buffers(spans.size(), nullptr);
+  std::vector<char*> buffers(places.size(), nullptr);
   bool mapped = true;
   for (int rank = 0; rank < links.size() && mapped; ++rank) {
     buffers[rank] =
-        rank == links.rank() ? static_cast<char*>(const_cast<void*>(own)) : regions.poolBlock(rank, spans[rank].*which);
+        rank == links.rank() ? static_cast<char*>(const_cast<void*>(own)) : regions.poolBlock(rank, places[rank].*which);
     mapped = buffers[rank] != nullptr;
   }
   if (!everyRankCan(links, regions, mapped)) {
@@ -47,9 +47,9 @@ void finish(SharedRegions& regions) {
 } // namespace
 
 bool directReduceScatter(
-    Links& links, SharedRegions& regions, const std::vector<PoolSpans>& spans, const void* in, void* out,
+    Links& links, SharedRegions& regions, const std::vector<BufferPlaces>& places, const void* in, void* out,
     const Partition& blocks, DataType type, ReduceKind kind, const AlgorithmConfig& config) {
-  const std::vector<char*> buffers = mapEveryRank(links, regions, spans, &PoolSpans::input, in);
+  const std::vector<char*> buffers = mapEveryRank(links, regions, places, &BufferPlaces::input, in);
   if (buffers.empty()) {
     return false;
   }
@@ -112,17 +112,17 @@ void pullBlocks(
 } // namespace
 
 bool directAllgather(
-    Links& links, SharedRegions& regions, const std::vector<PoolSpans>& spans, const void* in, void* out,
+    Links& links, SharedRegions& regions, const std::vector<BufferPlaces>& places, const void* in, void* out,
     const Partition& blocks, size_t elementBytes, const AlgorithmConfig& config) {
   const bool streaming = writesResultsStreaming(blocks.maxCount() * elementBytes * links.size());
   // Every output pooled: each rank writes its block into all of them.
-  const std::vector<char*> outputs = mapEveryRank(links, regions, spans, &PoolSpans::output, out);
+  const std::vector<char*> outputs = mapEveryRank(links, regions, places, &BufferPlaces::output, out);
   if (!outputs.empty()) {
     pushBlock(outputs, links.rank(), in, blocks, elementBytes, config.helpers, streaming);
     finish(regions);
     return true;
   }
-  const std::vector<char*> inputs = mapEveryRank(links, regions, spans, &PoolSpans::input, in);
+  const std::vector<char*> inputs = mapEveryRank(links, regions, places, &BufferPlaces::input, in);
   if (inputs.empty()) {
     return false;
   }
@@ -132,9 +132,9 @@ bool directAllgather(
 }
 
 bool directAllreduce(
-    Links& links, SharedRegions& regions, const std::vector<PoolSpans>& tensors, void* data, size_t count, DataType type,
+    Links& links, SharedRegions& regions, const std::vector<BufferPlaces>& tensors, void* data, size_t count, DataType type,
     ReduceKind kind, const AlgorithmConfig& config) {
-  const std::vector<char*> buffers = mapEveryRank(links, regions, tensors, &PoolSpans::input, data);
+  const std::vector<char*> buffers = mapEveryRank(links, regions, tensors, &BufferPlaces::input, data);
   if (buffers.empty()) {
     return false;
   }

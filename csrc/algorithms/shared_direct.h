@@ -12,7 +12,7 @@
 // it to all n.
 //
 // Each is called right after the op's agreement (shared_signature.h), with
-// every rank's spans of its input and output; the ranks' spans are the same
+// every rank's places of its input and output; the ranks' places are the same
 // on every rank. Returns false, having done nothing, on every rank when
 // some buffer is not in its rank's pool or some rank cannot map a peer's
 // block; the caller then copies through the slots. Ops that run here end
@@ -26,13 +26,13 @@
 namespace monarch {
 
 bool directReduceScatter(
-    Links& links, SharedRegions& regions, const std::vector<PoolSpans>& spans, const void* in, void* out,
+    Links& links, SharedRegions& regions, const std::vector<BufferPlaces>& places, const void* in, void* out,
     const Partition& blocks, DataType type, ReduceKind kind, const AlgorithmConfig& config);
 bool directAllgather(
-    Links& links, SharedRegions& regions, const std::vector<PoolSpans>& spans, const void* in, void* out,
+    Links& links, SharedRegions& regions, const std::vector<BufferPlaces>& places, const void* in, void* out,
     const Partition& blocks, size_t elementBytes, const AlgorithmConfig& config);
 bool directAllreduce(
-    Links& links, SharedRegions& regions, const std::vector<PoolSpans>& tensors, void* data, size_t count, DataType type,
+    Links& links, SharedRegions& regions, const std::vector<BufferPlaces>& tensors, void* data, size_t count, DataType type,
     ReduceKind kind, const AlgorithmConfig& config);
 
 } // namespace monarch

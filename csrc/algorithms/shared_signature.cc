@@ -18,7 +18,7 @@ struct SignatureStamp {
   uint8_t dtype;
   uint8_t reduceOp;
   uint8_t fits;
-  PoolSpans spans; // where the owner's buffers lie in its tensor pool (shared_direct.h)
+  BufferPlaces places; // where the owner's buffers lie (shared_direct.h, cross_memory_direct.h)
 };
 static_assert(sizeof(SignatureStamp) <= kStampBytes, "a stamp must fit its place");
 
@@ -40,7 +40,7 @@ std::atomic<uint64_t>& answerOf(const SharedRegions& regions, int rank) {
 } // namespace
 
 bool agreeThroughSharedMemory(
-    Links& links, SharedRegions& regions, bool fits, const PoolSpans& spans, std::vector<PoolSpans>* everyRank) {
+    Links& links, SharedRegions& regions, bool fits, const BufferPlaces& places, std::vector<BufferPlaces>* everyRank) {
   const uint64_t seq = links.sequence();
   const int n = links.size();
   const int r = links.rank();
@@ -66,11 +66,11 @@ bool agreeThroughSharedMemory(
   own.dtype = static_cast<uint8_t>(mine.dtype);
   own.reduceOp = mine.reduceOp;
   own.fits = fits ? 1 : 0;
-  own.spans = spans;
+  own.places = places;
   regions.store(own.seq, seq);
   if (everyRank) {
-    everyRank->assign(n, PoolSpans{});
-    (*everyRank)[r] = spans;
+    everyRank->assign(n, BufferPlaces{});
+    (*everyRank)[r] = places;
   }
   bool everyRankFits = fits;
   for (int peer = 0; peer < n; ++peer) {
@@ -89,7 +89,7 @@ bool agreeThroughSharedMemory(
     }
     everyRankFits = everyRankFits && theirs.fits != 0;
     if (everyRank) {
-      (*everyRank)[peer] = theirs.spans;
+      (*everyRank)[peer] = theirs.places;
     }
   }
   regions.store(agreedOf(regions, r), seq);

@@ -22,12 +22,12 @@ namespace monarch {
 
 // Publishes this rank's signature of the current op and returns once every
 // peer has published the same one; fails the group (Links::failMismatch)
-// otherwise. Returns whether every rank's `fits` was true. `spans` travel
-// with the signature, not compared: where this rank's input and output lie
-// in its tensor pool; a non-null `everyRank` receives every rank's, by rank.
+// otherwise. Returns whether every rank's `fits` was true. `places` travel
+// with the signature, not compared: where this rank's input and output lie;
+// a non-null `everyRank` receives every rank's, by rank.
 bool agreeThroughSharedMemory(
-    Links& links, SharedRegions& regions, bool fits = true, const PoolSpans& spans = {},
-    std::vector<PoolSpans>* everyRank = nullptr);
+    Links& links, SharedRegions& regions, bool fits = true, const BufferPlaces& places = {},
+    std::vector<BufferPlaces>* everyRank = nullptr);
 
 // Whether every rank's `can` is true, once each has said (a meeting of all
 // ranks, once per op, after the agreement).

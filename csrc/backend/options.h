@@ -52,6 +52,7 @@ struct BackendOptions {
     visit("threads", threads);
     visit("host_name", hostName);
     visit("shm_min_bytes", algorithms.shmMinBytes);
+    visit("cross_memory", algorithms.crossMemory);
     visit("shm_segment_bytes", shmSegmentBytes);
     visit("gpu_transport", gpuTransport);
     visit("rdma_provider", transport.rdmaProvider);

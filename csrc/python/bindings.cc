@@ -12,6 +12,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/utils/pybind.h>
 
+#include "algorithms/cross_memory_direct.h"
 #include "algorithms/parallel.h"
 #include "algorithms/reduce_kernels.h"
 #include "backend/monarch_backend.h"
@@ -265,6 +266,11 @@ PYBIND11_MODULE(_C, module) {
       "direct_ops", [] { return monarch::SharedTensorPool::instance().directOps(); },
       "Collectives of this process, all groups together, that read and wrote tensors from allocate_tensor in "
       "place, with no copy through the shared-memory slots.");
+  module.def(
+      "cross_memory_ops", &monarch::crossMemoryOps,
+      "Collectives of this process, all groups together, that read and wrote their peers' ordinary tensors with "
+      "the kernel's cross-memory copies (process_vm_readv / process_vm_writev), with no copy through the "
+      "shared-memory slots.");
   module.def(
       "usable_cpus", &monarch::usableCpus,
       "CPUs this process may keep busy: its affinity mask, capped by its cgroup's CPU quota (rounded up).");

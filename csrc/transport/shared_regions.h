@@ -20,11 +20,16 @@ struct PoolSpan {
   }
 };
 
-// Where an op's input and output lie in a rank's pool: the shared-memory ops
-// learn their peers' through the op's agreement (algorithms/shared_signature.h).
-struct PoolSpans {
+// Where an op's input and output lie on a rank: in its pool, and in its
+// address space for the peers' cross-memory copies
+// (algorithms/cross_memory_direct.h). The shared-memory ops learn their
+// peers' through the op's agreement (algorithms/shared_signature.h).
+struct BufferPlaces {
   PoolSpan input;
   PoolSpan output;
+  int64_t pid = 0;
+  uint64_t inputAddress = 0;
+  uint64_t outputAddress = 0;
 };
 
 // Memory that every rank of a one-host group maps: one region per rank, the

@@ -13,10 +13,23 @@ namespace monarch {
 // parent's op, so an algorithm can run phases on different subgroups of one
 // op (hierarchical.cc). A subgroup holding all of the parent's ranks on this
 // host shares the parent's memory on it.
+//
+// Each phase of the op that goes through that memory is numbered (`phase`,
+// below kPhasesPerOp) and counts as an op of its own there: the agreement
+// of shared_signature.h, keyed by sequence(), then waits for every peer's
+// stamp of this phase, with its buffers, rather than finding the last
+// phase's stamps of the same op and taking their buffers for these.
 class SubLinks : public Links {
  public:
-  SubLinks(Links& parent, std::vector<int> members, int rank)
-      : parent_(parent), members_(std::move(members)), rank_(rank) {}
+  static constexpr uint64_t kPhasesPerOp = 2;
+
+  SubLinks(Links& parent, std::vector<int> members, int rank, uint64_t phase = 0)
+      : parent_(parent), members_(std::move(members)), rank_(rank), phase_(phase) {
+    if (phase >= kPhasesPerOp) {
+      throw std::logic_error("SubLinks: phase " + std::to_string(phase) + " of an op of " +
+                             std::to_string(kPhasesPerOp));
+    }
+  }
 
   int rank() const override {
     return rank_;
@@ -40,7 +53,7 @@ class SubLinks : public Links {
     parent_.waitAll();
   }
   uint64_t sequence() const override {
-    return parent_.sequence();
+    return parent_.sequence() * kPhasesPerOp + phase_;
   }
   const OpSignature& signature() const override {
     return parent_.signature();
@@ -69,6 +82,7 @@ class SubLinks : public Links {
   Links& parent_;
   const std::vector<int> members_;
   const int rank_;
+  const uint64_t phase_;
 };
 
 } // namespace monarch

@@ -67,17 +67,23 @@ def pid_of(segment: str) -> int:
     return int(os.path.basename(segment).split("-")[1])
 
 
-def kill_worker(ctx: WorkerContext, layout: str = "", op: str = "all_reduce") -> dict[str, Any]:
+def kill_worker(
+    ctx: WorkerContext, layout: str = "", op: str = "all_reduce", cross_memory: bool = False
+) -> dict[str, Any]:
     """The last rank SIGKILLs itself while every rank loops large allreduces
     (``op`` "reduce_scatter": reduce-scatters; "pooled_all_reduce":
     allreduces of tensors from allocate_tensor) on the default group, each
-    rank posing as host ``layout[rank]`` (empty: all on this one). Returns the
-    survivor's problems and detection time."""
+    rank posing as host ``layout[rank]`` (empty: all on this one), through the
+    slots of the segments or, with ``cross_memory``, reading and writing the
+    peers' tensors with cross-memory copies. Returns the survivor's problems
+    and detection time."""
     baseline = settled_baseline()
     victim = ctx.world_size - 1
     stamp = os.path.join(ctx.tmp_dir, "killed")
     # Small segments: a 4 MB allreduce takes over a hundred rounds, so the kill lands mid-op.
-    options = torch_monarch.Options(shm_segment_bytes=64 << 10, host_name=layout[ctx.rank] if layout else "")
+    options = torch_monarch.Options(
+        shm_segment_bytes=64 << 10, host_name=layout[ctx.rank] if layout else "", cross_memory=cross_memory
+    )
     ctx.init("monarch", timeout=timedelta(seconds=10), pg_options=options)
     ctx.store().set(f"pid{ctx.rank}", str(os.getpid()))
     n = ctx.world_size
