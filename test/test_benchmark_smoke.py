@@ -39,7 +39,7 @@ def test_collectives_benchmark_checks_and_measures_every_op(tmp_path: Path) -> N
     command = [sys.executable, str(REPO_ROOT / "benchmarks" / "collectives.py"), "--world-size", "2",
                "--ops", ",".join(OPS), "--sizes", ",".join(str(s) for s in SIZES), "--rounds", "1", "--warmup", "1",
                "--min-iters", "1", "--max-iters", "2", "--check-size", "64K", "--torch-threads", "1",
-               "--timeout", "200"]  # fmt: skip
+               "--bound-repeats", "2", "--timeout", "200"]  # fmt: skip
     result = run_bounded(command, 220, repo_env())
     assert result.returncode == 0, result.stdout[-4000:]
     line = next((l for l in result.stdout.splitlines() if l.startswith("JSON ")), None)
@@ -61,6 +61,14 @@ def test_collectives_benchmark_checks_and_measures_every_op(tmp_path: Path) -> N
     in_place = _rates_by_threads(report, "in_place_aggregate_gbps_by_threads")
     assert set(in_place) == set(rates), in_place
     assert all(set(by_size) == set(SIZES) and min(by_size.values()) > 0 for by_size in in_place.values()), in_place
+    # Each pass's rate is the highest of its two sweeps.
+    sweeps = report["bound_sweeps_gbps"]
+    assert set(sweeps) == {"copy", "in_place", "fan_out_2"}, set(sweeps)
+    for name, key in (("copy", "memcpy_aggregate_gbps_by_threads"), ("in_place", "in_place_aggregate_gbps_by_threads")):
+        for threads, by_size in _rates_by_threads(report, key).items():
+            for size, rate in by_size.items():
+                assert len(sweeps[name][str(threads)][str(size)]) == 2, sweeps[name]
+                assert rate == max(sweeps[name][str(threads)][str(size)]), (name, threads, size, sweeps[name])
     rows = {(row["op"], row["size_bytes"]): row for row in report["rows"]}
     assert set(rows) == {(op, size) for op in OPS for size in SIZES}
     for row in rows.values():

@@ -1,14 +1,14 @@
 """The allreduce, reduce-scatter and allgather of ordinary CPU tensors on one
 host, which read and write the peers' tensors with the kernel's cross-memory
-copies (``Options.cross_memory``, algorithms/cross_memory_direct.h).
+copies as ``Options.cross_memory`` says (algorithms/cross_memory_direct.h).
 
-- From 1 MiB the three ops give the right results (odd lengths, the
-  streaming sizes, bfloat16, int64 MAX, the allgather in place as FSDP calls
-  it) and run there (``cross_memory_ops`` counts each); below 1 MiB they go
-  through the slots.
-- ``cross_memory=False`` sends them through the slots, with the same
-  results; so does one rank with it off in a group whose others have it on,
-  without a hang.
+- With "all", from 1 MiB the three ops give the right results (odd lengths,
+  the streaming sizes, bfloat16, int64 MAX, the allgather in place as FSDP
+  calls it) and run there (``cross_memory_ops`` counts each); below 1 MiB
+  they go through the slots.
+- With the default "allreduce" only the allreduce does; with "off" none,
+  with the same results; one rank with "off" in a group whose others have
+  "all" sends every op through the slots, without a hang.
 - SIGKILL during a loop of them: every survivor gets PeerFailureError
   naming the victim within the bound.
 """
@@ -31,7 +31,10 @@ from shm_segments import assert_killed_and_named, kill_worker
 SIZES = ((1 << 18) + 8, (64 << 20) // 4 + 5)
 
 
-def three_ops(check: Checker, n: int, rank: int, numel: int, group: dist.ProcessGroup, label: str) -> None:
+def ops_taking_the_copies(check: Checker, n: int, rank: int, numel: int, group: dist.ProcessGroup, label: str) -> int:
+    """Runs the four ops on ``group``, checks their results and returns how
+    many of them took the cross-memory copies."""
+    before = torch_monarch._C.cross_memory_ops()
     inputs = [rank_input(peer, numel, torch.float32, 3) for peer in range(n)]
     data = inputs[rank].clone()
     dist.all_reduce(data, group=group)
@@ -54,18 +57,17 @@ def three_ops(check: Checker, n: int, rank: int, numel: int, group: dist.Process
     in_place.view(n, block)[rank].copy_(whole[rank].view(n, block)[0])
     dist.all_gather_into_tensor(in_place, in_place.view(n, block)[rank], group=group)
     check.close(f"{label}: all_gather_into_tensor of {numel} in place", in_place, expected)
+    return torch_monarch._C.cross_memory_ops() - before
 
 
-def cross_memory_worker(ctx: WorkerContext) -> tuple[int, list[str]]:
+def every_op_worker(ctx: WorkerContext) -> tuple[int, list[str]]:
     check = Checker(ctx.rank)
-    ctx.init("monarch")
+    ctx.init("monarch", pg_options=torch_monarch.Options(cross_memory="all"))
     n, rank = ctx.world_size, ctx.rank
     world = dist.group.WORLD
     assert world is not None
     for numel in SIZES:
-        before = torch_monarch._C.cross_memory_ops()
-        three_ops(check, n, rank, numel, world, "default options")
-        ran = torch_monarch._C.cross_memory_ops() - before
+        ran = ops_taking_the_copies(check, n, rank, numel, world, "all")
         check.true(f"the four ops of {numel} read and wrote the peers' tensors", ran == 4, f"{ran} did")
 
     before = torch_monarch._C.cross_memory_ops()
@@ -90,28 +92,40 @@ def cross_memory_worker(ctx: WorkerContext) -> tuple[int, list[str]]:
     return check.report()
 
 
-def test_ops_read_and_write_the_peers_tensors() -> None:
-    assert_all_passed(run_workers_ok(cross_memory_worker, 3, timeout=240), min_checks=17)
+def test_every_op_reads_and_writes_the_peers_tensors() -> None:
+    assert_all_passed(run_workers_ok(every_op_worker, 3, timeout=240), min_checks=17)
 
 
-def slots_worker(ctx: WorkerContext) -> tuple[int, list[str]]:
+def settings_worker(ctx: WorkerContext) -> tuple[int, list[str]]:
     check = Checker(ctx.rank)
-    ctx.init("monarch")
-    off = dist.new_group(backend="monarch", pg_options=torch_monarch.Options(cross_memory=False))
-    rank_zero_off = dist.new_group(backend="monarch", pg_options=torch_monarch.Options(cross_memory=ctx.rank != 0))
-    for group, label in ((off, "cross_memory=False"), (rank_zero_off, "rank 0 with cross_memory=False")):
-        before = torch_monarch._C.cross_memory_ops()
-        three_ops(check, ctx.world_size, ctx.rank, SIZES[0], group, label)
-        check.true(f"{label}: every op went through the slots", torch_monarch._C.cross_memory_ops() == before)
+    ctx.init("monarch")  # the default: the allreduce alone
+    world = dist.group.WORLD
+    assert world is not None
+    off = dist.new_group(backend="monarch", pg_options=torch_monarch.Options(cross_memory="off"))
+    rank_zero_off = dist.new_group(
+        backend="monarch", pg_options=torch_monarch.Options(cross_memory="off" if ctx.rank == 0 else "all")
+    )
+    for group, label, expected in (
+        (world, "the default", 1),
+        (off, "off", 0),
+        (rank_zero_off, "rank 0 off, the others all", 0),
+    ):
+        ran = ops_taking_the_copies(check, ctx.world_size, ctx.rank, SIZES[0], group, label)
+        check.true(f"{label}: {expected} of the four ops took the cross-memory copies", ran == expected, f"{ran} did")
+    try:
+        torch_monarch.Options(cross_memory="reduce_scatter").validate()
+        check.fail("cross_memory='reduce_scatter'", "was accepted")
+    except ValueError as error:
+        check.true("an unknown cross_memory names the choices", "allreduce" in str(error), str(error))
     dist.destroy_process_group()
     return check.report()
 
 
-def test_cross_memory_off_goes_through_the_slots() -> None:
-    assert_all_passed(run_workers_ok(slots_worker, 2, timeout=120), min_checks=10)
+def test_the_setting_picks_the_ops_and_off_goes_through_the_slots() -> None:
+    assert_all_passed(run_workers_ok(settings_worker, 2, timeout=120), min_checks=15)
 
 
 @pytest.mark.parametrize("op", ["all_reduce", "reduce_scatter"])
 def test_kill_during_cross_memory_ops(op: str) -> None:
     # The victim dies while its peers read (and for the allreduce write) its tensor.
-    assert_killed_and_named(run_workers(kill_worker, 3, "", op, True, timeout=60))
+    assert_killed_and_named(run_workers(kill_worker, 3, "", op, "all", timeout=60))

@@ -45,6 +45,7 @@ _MIN_SHM_SEGMENT_BYTES = 4096
 
 GPU_TRANSPORTS = ("auto", "nccl", "host")
 TRANSPORTS = ("auto", "tcp", "rdma")
+CROSS_MEMORY_OPS = ("allreduce", "all", "off")
 
 
 @dataclass
@@ -107,15 +108,17 @@ class Options(Config):
             first. The default 0 takes every size there: a 4 KB op through
             shared memory waits for no wake-up of a peer's threads, and took
             a third to a sixth of its time over the links on a 16-core host.
-        cross_memory: on one host, the allreduce, reduce-scatter and
-            allgather of 1 MiB or more on tensors not from
-            ``allocate_tensor`` read, and write, the peers' tensors where
-            they lie with the kernel's cross-memory copies
-            (process_vm_readv / process_vm_writev), with no copy through
-            the segments. Where the kernel refuses it (Yama's
+        cross_memory: which ops of 1 MiB or more on one host, on tensors not
+            from ``allocate_tensor``, read and write the peers' tensors
+            where they lie with the kernel's cross-memory copies
+            (process_vm_readv / process_vm_writev) instead of copying
+            through the segments: "allreduce" (default; 1.3-1.9x faster
+            at 1-64 MB on a 2-core machine), "all" (the reduce-scatter and
+            allgather too, which were 0.63-1.36x there: the segments'
+            extra copies stay in the cache, and the kernel copies slower
+            than memcpy), "off". Where the kernel refuses it (Yama's
             ``kernel.yama.ptrace_scope`` of 1 or more, a process that is
-            not dumpable) they go through the segments. False: always
-            through the segments.
+            not dumpable) they go through the segments.
         shm_segment_bytes: the shared-memory segment each rank that shares
             its host with others of the group maps, at the first op that
             goes through it (``shm_min_bytes`` or more). Larger ops go
@@ -160,7 +163,7 @@ class Options(Config):
     threads: Optional[int] = None
     host_name: str = ""
     shm_min_bytes: int = 0
-    cross_memory: bool = True
+    cross_memory: str = "allreduce"
     shm_segment_bytes: int = 8 * 1024 * 1024
     gpu_transport: str = "auto"
     rdma_provider: str = ""
@@ -181,6 +184,8 @@ class Options(Config):
             raise ValueError(f"Options.heartbeat_timeout must be positive, got {self.heartbeat_timeout}")
         if self.transport not in TRANSPORTS:
             raise ValueError(f"Options.transport must be one of {TRANSPORTS}, got {self.transport!r}")
+        if self.cross_memory not in CROSS_MEMORY_OPS:
+            raise ValueError(f"Options.cross_memory must be one of {CROSS_MEMORY_OPS}, got {self.cross_memory!r}")
         if self.gpu_transport not in GPU_TRANSPORTS:
             raise ValueError(f"Options.gpu_transport must be one of {GPU_TRANSPORTS}, got {self.gpu_transport!r}")
         if self.small_message_bytes < 0:

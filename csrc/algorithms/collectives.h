@@ -5,6 +5,7 @@
 // rank's block lives. Failures surface as OpFailure from Links::wait.
 
 #include <cstddef>
+#include <string>
 #include <vector>
 
 #include "transport/links.h"
@@ -27,9 +28,10 @@ struct AlgorithmConfig {
   // Messages of at least this size among ranks on one host go through
   // shared memory (shared_memory.h).
   size_t shmMinBytes = 0;
-  // Whether those of them that can read and write their peers' buffers with
-  // the kernel's cross-memory copies do (cross_memory_direct.h).
-  bool crossMemory = false;
+  // Which of them read and write their peers' buffers with the kernel's
+  // cross-memory copies where they can (cross_memory_direct.h):
+  // "allreduce", "all" (the reduce-scatter and allgather too) or "off".
+  std::string crossMemory = "off";
   // The group's threads that reduce and copy large messages, its worker
   // included (null: the worker alone).
   HelperPool* helpers = nullptr;

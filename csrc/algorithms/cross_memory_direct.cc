@@ -70,16 +70,16 @@ class PeerMemory {
 
 // Whether the op of `messageBytes` runs here: the same answer on every rank,
 // which then all reach every peer's `which` buffer. Every rank takes part
-// in the meeting whatever its own options say, so that a rank with
-// cross_memory off sends them all through the slots rather than leaving
-// its peers waiting for an answer.
+// in the meeting whatever its own options say (`wanted`), so that a rank
+// with cross_memory off sends them all through the slots rather than
+// leaving its peers waiting for an answer.
 bool everyRankReachesPeers(
     Links& links, SharedRegions& regions, const PeerMemory& peers, uint64_t BufferPlaces::*which,
-    size_t messageBytes, const AlgorithmConfig& config) {
+    size_t messageBytes, bool wanted) {
   if (messageBytes < kCrossMemoryMinBytes) {
     return false;
   }
-  bool reachesAll = config.crossMemory;
+  bool reachesAll = wanted;
   for (int peer = 0; peer < links.size() && reachesAll; ++peer) {
     reachesAll = peer == links.rank() || peers.reaches(peer, which);
   }
@@ -143,7 +143,8 @@ bool crossMemoryReduceScatter(
   const PeerMemory peers(places);
   const size_t elem = elementSize(type);
   const size_t messageBytes = blocks.maxCount() * elem * links.size();
-  if (!everyRankReachesPeers(links, regions, peers, &BufferPlaces::inputAddress, messageBytes, config)) {
+  const bool wanted = config.crossMemory == "all";
+  if (!everyRankReachesPeers(links, regions, peers, &BufferPlaces::inputAddress, messageBytes, wanted)) {
     return false;
   }
   const int r = links.rank();
@@ -166,7 +167,8 @@ bool crossMemoryAllgather(
   const PeerMemory peers(places);
   const int n = links.size();
   const size_t messageBytes = blocks.maxCount() * elementBytes * n;
-  if (!everyRankReachesPeers(links, regions, peers, &BufferPlaces::outputAddress, messageBytes, config)) {
+  const bool wanted = config.crossMemory == "all";
+  if (!everyRankReachesPeers(links, regions, peers, &BufferPlaces::outputAddress, messageBytes, wanted)) {
     return false;
   }
   const int r = links.rank();
@@ -196,7 +198,8 @@ bool crossMemoryAllreduce(
   const PeerMemory peers(places);
   const int n = links.size();
   const size_t elem = elementSize(type);
-  if (!everyRankReachesPeers(links, regions, peers, &BufferPlaces::inputAddress, count * elem, config)) {
+  const bool wanted = config.crossMemory != "off";
+  if (!everyRankReachesPeers(links, regions, peers, &BufferPlaces::inputAddress, count * elem, wanted)) {
     return false;
   }
   const int r = links.rank();

@@ -15,8 +15,8 @@
 // Each is called right after the op's agreement (shared_signature.h), with
 // every rank's places of its buffers. It returns false, having done
 // nothing, on every rank when the message is below kCrossMemoryMinBytes,
-// some rank has Options.cross_memory off, or some rank cannot reach a
-// peer's memory (the kernel refuses another
+// some rank's Options.cross_memory leaves the op out, or some rank cannot
+// reach a peer's memory (the kernel refuses another
 // process's memory to a rank that may not ptrace it: Yama's ptrace_scope 1
 // or more, a process that is not dumpable, another user); the caller then
 // copies through the slots. A peer found gone during the op is a

@@ -68,15 +68,15 @@ def pid_of(segment: str) -> int:
 
 
 def kill_worker(
-    ctx: WorkerContext, layout: str = "", op: str = "all_reduce", cross_memory: bool = False
+    ctx: WorkerContext, layout: str = "", op: str = "all_reduce", cross_memory: str = "off"
 ) -> dict[str, Any]:
     """The last rank SIGKILLs itself while every rank loops large allreduces
     (``op`` "reduce_scatter": reduce-scatters; "pooled_all_reduce":
     allreduces of tensors from allocate_tensor) on the default group, each
     rank posing as host ``layout[rank]`` (empty: all on this one), through the
-    slots of the segments or, with ``cross_memory``, reading and writing the
-    peers' tensors with cross-memory copies. Returns the survivor's problems
-    and detection time."""
+    slots of the segments or, as ``cross_memory`` (Options.cross_memory)
+    says, reading and writing the peers' tensors with cross-memory copies.
+    Returns the survivor's problems and detection time."""
     baseline = settled_baseline()
     victim = ctx.world_size - 1
     stamp = os.path.join(ctx.tmp_dir, "killed")
