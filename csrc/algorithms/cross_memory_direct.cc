@@ -39,10 +39,16 @@ class PeerMemory {
     }
   }
 
-  void write(int peer, uint64_t address, const void* from, size_t bytes) const {
-    std::string error;
-    if (!writeRemote(pidOf(peer), RemoteRegion{address, bytes}, from, &error)) {
-      lost(peer, error);
+  // Writes `bytes` of `from` at `offset` of every peer's `which` buffer,
+  // from the next rank's on, so that the ranks start on different peers.
+  void writeToEveryPeer(int rank, uint64_t BufferPlaces::*which, uint64_t offset, const void* from, size_t bytes) const {
+    const int n = static_cast<int>(places_.size());
+    for (int step = 1; step < n; ++step) {
+      const int peer = (rank + step) % n;
+      std::string error;
+      if (!writeRemote(pidOf(peer), RemoteRegion{places_[peer].*which + offset, bytes}, from, &error)) {
+        lost(peer, error);
+      }
     }
   }
 
@@ -180,13 +186,8 @@ bool crossMemoryAllgather(
     if (own != block) { // an in-place allgather's own block is there already
       copyBytes(own + begin, block + begin, end - begin, streaming);
     }
-    // Each tile is read once and written to every output while it is in
-    // the cache; from the next rank's on, so that the ranks start on
-    // different peers.
-    for (int step = 1; step < n; ++step) {
-      const int peer = (r + step) % n;
-      peers.write(peer, places[peer].outputAddress + at + begin, block + begin, end - begin);
-    }
+    // Each tile is read once and written to every output while it is in the cache.
+    peers.writeToEveryPeer(r, &BufferPlaces::outputAddress, at + begin, block + begin, end - begin);
   });
   finish(regions);
   return true;
@@ -203,12 +204,9 @@ bool crossMemoryAllreduce(
     return false;
   }
   const int r = links.rank();
-  // This rank's chunk, whole cache lines: no two ranks write one line.
-  const size_t line = std::max<size_t>(1, kSlotAlignment / elem);
-  const size_t chunk = ((count + n - 1) / n + line - 1) / line * line;
-  const size_t at = std::min(count, chunk * static_cast<size_t>(r));
+  const auto [at, length] = chunkOfRank(count, elem, n, r);
   auto* mine = static_cast<char*>(data);
-  forEachTile(std::min(chunk, count - at), elem, n - 1, config.helpers, [&](size_t begin, size_t end, char* scratch) {
+  forEachTile(length, elem, n - 1, config.helpers, [&](size_t begin, size_t end, char* scratch) {
     const std::vector<const void*> copies =
         gatherTile(peers, places, &BufferPlaces::inputAddress, r, mine, at, begin, end, elem, scratch);
     // Each rank reads and writes only its own chunk of every tensor, so no
@@ -216,10 +214,7 @@ bool crossMemoryAllreduce(
     // is written from the cache to every peer next.
     char* result = mine + (at + begin) * elem;
     reduceToEach({result}, copies, end - begin, type, kind, /*helpers=*/nullptr, /*streaming=*/false);
-    for (int step = 1; step < n; ++step) {
-      const int peer = (r + step) % n;
-      peers.write(peer, places[peer].inputAddress + (at + begin) * elem, result, (end - begin) * elem);
-    }
+    peers.writeToEveryPeer(r, &BufferPlaces::inputAddress, (at + begin) * elem, result, (end - begin) * elem);
   });
   finish(regions);
   return true;

@@ -140,11 +140,7 @@ bool directAllreduce(
   }
   const int n = links.size();
   const size_t elem = elementSize(type);
-  // This rank's chunk, whole cache lines: no two ranks write one line.
-  const size_t line = std::max<size_t>(1, kSlotAlignment / elem);
-  const size_t chunk = ((count + n - 1) / n + line - 1) / line * line;
-  const size_t begin = std::min(count, chunk * static_cast<size_t>(links.rank()));
-  const size_t length = std::min(chunk, count - begin);
+  const auto [begin, length] = chunkOfRank(count, elem, n, links.rank());
   std::vector<const void*> inputs;
   std::vector<void*> outputs;
   for (char* buffer : buffers) {

@@ -25,6 +25,21 @@ inline size_t placeInSlot(int peer, int owner) {
   return static_cast<size_t>(peer < owner ? peer : peer - 1);
 }
 
+// The chunk of a `count`-element tensor of `elementBytes` elements that
+// `rank` of `n` reduces in the allreduces that read every rank's tensor
+// where it lies (shared_direct.h, cross_memory_direct.h): whole cache lines,
+// so that no two ranks write one line.
+struct ChunkOfRank {
+  size_t begin;
+  size_t length;
+};
+inline ChunkOfRank chunkOfRank(size_t count, size_t elementBytes, int n, int rank) {
+  const size_t line = std::max<size_t>(1, kSlotAlignment / elementBytes);
+  const size_t chunk = ((count + n - 1) / n + line - 1) / line * line;
+  const size_t begin = std::min(count, chunk * static_cast<size_t>(rank));
+  return {begin, std::min(chunk, count - begin)};
+}
+
 // Whether an op of `bytes` (the whole message) writes its results with
 // streaming stores: the caller's buffers are then too large to stay in
 // cache, and skipping the read before each write made 256 MB allreduces
